@@ -1,0 +1,136 @@
+"""The ``fleetscope`` command.
+
+    fleetscope serve     run the daemon
+    fleetscope check     one-shot node health verdict (exit 0 healthy, 1 unhealthy, 2 could not tell)
+    fleetscope catalog   write the metric catalog (docs/metrics.md)
+
+Flags follow node_exporter: ``--web.listen-address``, ``--path.sysfs``,
+``--collector.<name>`` / ``--no-collector.<name>``... Every flag is also an
+environment variable (``FLEETSCOPE_...``) and a key in the ``--config`` YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+from typing import Any, Callable, Sequence
+
+from fleetscope import __version__
+from fleetscope.config import Config, ConfigError, load, settings_table
+
+# Subcommands beyond the core ones, as import strings of ``register(subparsers)``
+# functions, so their (heavier) modules load only when the CLI is built.
+EXTRA_COMMANDS: dict[str, str] = {}
+
+EXIT_CONFIG = 3
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, defaulting to "not given" so precedence over env/YAML is exact."""
+    parser.add_argument("--config", metavar="FILE", default=None, help="YAML configuration file.")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for key, info in settings_table().items():
+        section = key.split(".")[0]
+        group = groups.setdefault(section, parser.add_argument_group(f"{section} settings"))
+        kwargs: dict[str, Any] = {"dest": "setting:" + key, "default": argparse.SUPPRESS}
+        if info.is_bool:
+            group.add_argument(f"--{key}", action=argparse.BooleanOptionalAction,
+                               help=f"{info.help} (default: {info.default}; env {info.env})", **kwargs)
+        else:
+            group.add_argument(f"--{key}", metavar="VALUE",
+                               help=f"{info.help} (default: {info.default!s}; env {info.env})", **kwargs)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    flags = {name.removeprefix("setting:"): value for name, value in vars(args).items() if name.startswith("setting:")}
+    return load(flags, yaml_path=args.config)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    setup_logging(config.log.level)
+    from fleetscope.daemon import build_daemon
+
+    daemon = build_daemon(config)
+    logging.getLogger("fleetscope").info(
+        "fleetscope %s listening on %s (collectors: %s)", __version__, config.web.listen_address,
+        ", ".join(daemon.collectors) or "none",
+    )
+    asyncio.run(daemon.serve())
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    setup_logging("warning" if config.log.level == "info" else config.log.level)
+    from fleetscope.check import run_check
+
+    findings, code = run_check(config, timeout=args.timeout)
+    for finding in findings:
+        print(finding.line())
+    if code == 0:
+        print("HEALTHY")
+    return code
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from fleetscope.catalog import render_catalog
+
+    text = render_catalog()
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetscope", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"fleetscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="Run the node daemon.")
+    add_setting_flags(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check", help="One-shot node health verdict: exit 0 healthy, 1 unhealthy, 2 unknown.")
+    add_setting_flags(check)
+    check.add_argument("--timeout", type=float, default=20.0, help="Seconds to wait for each collector.")
+    check.set_defaults(func=cmd_check)
+
+    catalog = sub.add_parser("catalog", help="Write the metric catalog generated from the metric tables.")
+    catalog.add_argument("--output", default="docs/metrics.md", help="File to write, or - for stdout.")
+    catalog.set_defaults(func=cmd_catalog)
+
+    for target in EXTRA_COMMANDS.values():
+        module_name, _, attr = target.partition(":")
+        register: Callable[[Any], None] = getattr(importlib.import_module(module_name), attr)
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"fleetscope: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

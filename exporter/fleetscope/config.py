@@ -1,0 +1,364 @@
+"""The daemon's one typed configuration object.
+
+Every setting has a dotted key (``web.listen-address``) and can come from, in
+order of precedence: a command-line flag (``--web.listen-address``), an
+environment variable (``FLEETSCOPE_WEB_LISTEN_ADDRESS``), or the YAML file
+given with ``--config`` (nested or dotted keys). Unknown keys and bad values
+raise :class:`ConfigError` naming the key, so start-up stops with a clear
+message instead of running with a surprise.
+
+Settings are declared once, as dataclass fields with a ``key`` in their
+metadata; flags, environment variables, YAML keys and the docs all come from
+those declarations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from fleetscope.collectors import REGISTRY, CollectorEntry
+
+ENV_PREFIX = "FLEETSCOPE_"
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or has a value that cannot be used."""
+
+
+# -- value parsers: each takes the raw value (str from flags/env, any from YAML) --------------------
+
+
+def parse_str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError("expected a string")
+    return "" if value is None else str(value)
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def parse_count(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected a whole number")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"must be >= 0, got {number}")
+    return number
+
+
+def parse_seconds(value: Any) -> float:
+    """Seconds as a number, or with a Prometheus-style suffix (500ms, 15s, 5m, 1h)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text)
+    if not match:
+        raise ValueError(f"expected a duration such as 15s or 500ms, got {value!r}")
+    number = float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if number <= 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+    return number
+
+
+def parse_regex(value: Any) -> str:
+    text = parse_str(value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    return text
+
+
+def parse_address(value: Any) -> str:
+    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``; empty means "not separate"."""
+    text = parse_str(value).strip()
+    if text == "":
+        return ""
+    split_address(text)
+    return text
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port, got {address!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def setting(key: str, default: Any, parse: Callable[[Any], Any], help: str) -> Any:
+    return field(default=default, metadata={"key": key, "parse": parse, "help": help})
+
+
+# -- sections ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    listen_address: str = setting("web.listen-address", ":9402", parse_address, "Address for /metrics and the API.")
+    telemetry_path: str = setting("web.telemetry-path", "/metrics", parse_str, "Path under which metrics are served.")
+
+
+@dataclass(frozen=True)
+class PathConfig:
+    sysfs: str = setting("path.sysfs", "/sys", parse_str, "sysfs mount point.")
+    procfs: str = setting("path.procfs", "/proc", parse_str, "procfs mount point.")
+    kmsg: str = setting("path.kmsg", "/dev/kmsg", parse_str, "Kernel log device or a file with its lines (Xid source).")
+
+
+@dataclass(frozen=True)
+class CollectionConfig:
+    staleness: float = setting(
+        "collection.staleness", 0.0, lambda v: 0.0 if str(v).strip() in ("0", "") else parse_seconds(v),
+        "Drop a collector's series when its last success is older than this (0: 3x its interval + timeout).",
+    )
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    device_include: str = setting("net.device-include", "", parse_regex, "Only report interfaces matching this regex.")
+    device_exclude: str = setting(
+        "net.device-exclude",
+        r"^(lo|veth.*|cali.*|eni.*|docker.*|cni.*|flannel.*|virbr.*|vxlan.*|tunl.*|kube-ipvs.*|br-.*|lxc.*|genev.*|nodelocaldns.*|cilium.*)$",
+        parse_regex,
+        "Skip interfaces matching this regex (container-side virtual interfaces by default).",
+    )
+
+
+@dataclass(frozen=True)
+class EfaConfig:
+    expected_count: int = setting("efa.expected-count", 0, parse_count, "EFA devices this node should have (0: unknown).")
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    expected_count: int = setting("gpu.expected-count", 0, parse_count, "GPUs this node should have (0: unknown).")
+    xid_window: float = setting("gpu.xid-window", 3600.0, parse_seconds, "How far back a fatal Xid makes `check` fail.")
+    lost_retry: float = setting("gpu.lost-retry", 60.0, parse_seconds, "How often a lost GPU is retried.")
+    kmsg: bool = setting("gpu.kmsg", True, parse_bool, "Read Xid errors from the kernel log.")
+    jobs_dir: str = setting(
+        "gpu.jobs-dir", "/run/fleetscope/jobs", parse_str,
+        "Directory where Slurm prolog scripts record job-to-GPU assignments.",
+    )
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    listen_address: str = setting(
+        "push.listen-address", "", parse_address,
+        "Separate address for the push API (empty: served with /metrics).",
+    )
+    token: str = setting("push.token", "", parse_str, "Bearer token required on pushes (empty: none).")
+    max_body_bytes: int = setting("push.max-body-bytes", 1 << 20, parse_count, "Largest accepted push body.")
+    max_jobs: int = setting("push.max-jobs", 16, parse_count, "Most jobs tracked at once on this node.")
+    max_ranks: int = setting("push.max-ranks", 128, parse_count, "Most ranks tracked at once on this node.")
+    rank_ttl: float = setting("push.rank-ttl", 3600.0, parse_seconds, "Drop a rank's series after this long without pushes.")
+    median_window: int = setting("push.median-window", 32, parse_count, "Steps in each rank's rolling median.")
+    group_ttl: float = setting("push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long.")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = setting("log.level", "info", lambda v: _choice(v, ("debug", "info", "warning", "error")), "Log level.")
+
+
+def _choice(value: Any, choices: tuple[str, ...]) -> str:
+    text = parse_str(value).strip().lower()
+    if text not in choices:
+        raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    enabled: bool
+    interval: float
+    timeout: float
+
+
+SECTIONS: dict[str, type] = {
+    "web": WebConfig,
+    "path": PathConfig,
+    "collection": CollectionConfig,
+    "net": NetConfig,
+    "efa": EfaConfig,
+    "gpu": GpuConfig,
+    "push": PushConfig,
+    "log": LogConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    web: WebConfig = field(default_factory=WebConfig)
+    path: PathConfig = field(default_factory=PathConfig)
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+    efa: EfaConfig = field(default_factory=EfaConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    push: PushConfig = field(default_factory=PushConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    collectors: Mapping[str, CollectorSettings] = field(default_factory=lambda: default_collectors())
+
+    def collector(self, name: str) -> CollectorSettings:
+        return self.collectors[name]
+
+    def enabled_collectors(self) -> list[str]:
+        return [name for name, settings in self.collectors.items() if settings.enabled]
+
+    def staleness_for(self, name: str) -> float:
+        if self.collection.staleness > 0:
+            return self.collection.staleness
+        settings = self.collectors[name]
+        return 3 * settings.interval + settings.timeout
+
+
+def default_collectors(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, CollectorSettings]:
+    return {
+        name: CollectorSettings(entry.default_enabled, entry.default_interval, entry.default_timeout)
+        for name, entry in registry.items()
+    }
+
+
+# -- the key table -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    key: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + re.sub(r"[.\-]", "_", self.key).upper()
+
+    @property
+    def is_bool(self) -> bool:
+        return isinstance(self.default, bool)
+
+
+def settings_table(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, SettingInfo]:
+    """Every known key, in a stable order: section settings, then per-collector settings."""
+    out: dict[str, SettingInfo] = {}
+    for cls in SECTIONS.values():
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            out[meta["key"]] = SettingInfo(meta["key"], f.default, meta["parse"], meta["help"])
+    for name, entry in registry.items():
+        out[f"collector.{name}"] = SettingInfo(
+            f"collector.{name}", entry.default_enabled, parse_bool, f"Enable the {name} collector ({entry.help})."
+        )
+        out[f"collector.{name}.interval"] = SettingInfo(
+            f"collector.{name}.interval", entry.default_interval, parse_seconds, f"How often the {name} collector runs."
+        )
+        out[f"collector.{name}.timeout"] = SettingInfo(
+            f"collector.{name}.timeout", entry.default_timeout, parse_seconds,
+            f"Longest a {name} collection may take before it counts as failed.",
+        )
+    return out
+
+
+def flatten_yaml(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``{web: {listen-address: x}}`` and ``{web.listen-address: x}`` both give ``web.listen-address``.
+
+    ``collector: {efa: {enabled: false}}`` maps to ``collector.efa``.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config file'}: expected a mapping, got {type(data).__name__}")
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            yield from flatten_yaml(value, full)
+        elif full.endswith(".enabled") and full.startswith("collector."):
+            yield full.removesuffix(".enabled"), value
+        else:
+            yield full, value
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    import yaml  # lazy: only needed with --config
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as exc:
+        raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    return dict(flatten_yaml(data))
+
+
+def load(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    yaml_path: str | None = None,
+    registry: Mapping[str, CollectorEntry] = REGISTRY,
+) -> Config:
+    """Merge flags > environment > YAML > defaults into a validated :class:`Config`.
+
+    ``flags`` maps dotted keys to raw values, holding only the flags actually given.
+    """
+    table = settings_table(registry)
+    environ = os.environ if environ is None else environ
+    raw: dict[str, tuple[Any, str]] = {}
+    if yaml_path:
+        for key, value in read_yaml(yaml_path).items():
+            if key not in table:
+                raise ConfigError(f"{yaml_path}: unknown setting {key!r}")
+            raw[key] = (value, f"{yaml_path}: {key}")
+    known_env = {info.env: key for key, info in table.items()}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if name not in known_env:
+            raise ConfigError(f"environment: unknown setting {name}")
+        raw[known_env[name]] = (value, f"environment {name}")
+    for key, value in (flags or {}).items():
+        if key not in table:
+            raise ConfigError(f"unknown flag --{key}")
+        raw[key] = (value, f"--{key}")
+
+    values: dict[str, Any] = {}
+    for key, (value, origin) in raw.items():
+        try:
+            values[key] = table[key].parse(value)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+
+    sections: dict[str, Any] = {}
+    for section, cls in SECTIONS.items():
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.metadata["key"] in values:
+                kwargs[f.name] = values[f.metadata["key"]]
+        sections[section] = cls(**kwargs)
+    collectors = {}
+    for name, entry in registry.items():
+        settings = CollectorSettings(
+            enabled=values.get(f"collector.{name}", entry.default_enabled),
+            interval=values.get(f"collector.{name}.interval", entry.default_interval),
+            timeout=values.get(f"collector.{name}.timeout", entry.default_timeout),
+        )
+        if settings.timeout > settings.interval * 10:
+            raise ConfigError(f"collector.{name}.timeout: {settings.timeout}s is more than 10x its interval")
+        collectors[name] = settings
+    return Config(**sections, collectors=collectors)
