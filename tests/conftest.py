@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No FLEETSCOPE_* variable from the caller's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("FLEETSCOPE_"):
+            monkeypatch.delenv(name)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def require_binary(name: str) -> str:
+    """Path of a binary the test needs; in CI a missing one fails instead of skipping."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is required in CI but not installed")
+        pytest.skip(f"{name} not installed")
+    return path
