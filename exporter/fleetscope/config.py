@@ -170,6 +170,7 @@ class PushConfig:
     rank_ttl: float = setting("push.rank-ttl", 3600.0, parse_seconds, "Drop a rank's series after this long without pushes.")
     median_window: int = setting("push.median-window", 32, parse_count, "Steps in each rank's rolling median.")
     group_ttl: float = setting("push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long.")
+    max_groups: int = setting("push.max-groups", 64, parse_count, "Most Pushgateway-style groups held at once.")
 
 
 @dataclass(frozen=True)

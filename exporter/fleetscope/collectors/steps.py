@@ -1,0 +1,97 @@
+"""Pushed training steps and Pushgateway-style groups, exposed at scrape time.
+
+The collector owns the in-memory stores and the push API router; it is a
+live collector, so every scrape reads the stores directly (a cheap, locked
+snapshot).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from prometheus_client.core import Metric
+
+from fleetscope.config import Config
+from fleetscope.families import FamilyBuilder
+from fleetscope.push.gateway import GroupStore, GroupView
+from fleetscope.push.store import DURATIONS, RankView, StepStore, StoreView
+from fleetscope.push.tables import PUSH_TABLE, STEPS_TABLE
+
+
+def _label(value: int | None) -> str:
+    # Unknown placement is an empty label value: Prometheus treats it as "label absent".
+    return "" if value is None else str(value)
+
+
+def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
+    labels = (rank.job, str(rank.rank), _label(rank.local_rank), _label(rank.pp_stage))
+    builder.add(STEPS_TABLE["step"], labels, rank.steps)
+    for name in DURATIONS:
+        builder.add(STEPS_TABLE[f"{name}_seconds"], labels, rank.seconds.get(name))
+        builder.add(STEPS_TABLE[f"{name}_median"], labels, rank.medians.get(name))
+    builder.add(STEPS_TABLE["tokens"], labels, rank.tokens)
+    builder.add(STEPS_TABLE["samples"], labels, rank.samples)
+    builder.add(STEPS_TABLE["last_step"], labels, rank.last_step)
+    builder.add(STEPS_TABLE["timestamp"], labels, rank.last_step_timestamp)
+    builder.add(STEPS_TABLE["last_push"], labels, rank.last_push_timestamp)
+    builder.add(STEPS_TABLE["loss"], labels, rank.loss)
+    builder.add_info(STEPS_TABLE["rank_info"], labels, {
+        "dp_rank": _label(rank.dp_rank), "world_size": _label(rank.world_size), "gpu": rank.gpu or "",
+    })
+
+
+def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_expired: int) -> None:
+    builder.add(PUSH_TABLE["records"], (), view.records_total)
+    for reason, count in sorted(view.rejected.items()):
+        builder.add(PUSH_TABLE["rejected"], (reason,), count)
+    builder.add(PUSH_TABLE["jobs"], (), view.jobs)
+    builder.add(PUSH_TABLE["ranks"], (), len(view.ranks))
+    builder.add(PUSH_TABLE["expired"], ("rank",), view.expired.get("rank", 0))
+    builder.add(PUSH_TABLE["expired"], ("group",), groups_expired)
+    builder.add(PUSH_TABLE["groups"], (), groups)
+
+
+def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
+    """Pushed families merged by name across groups, plus each group's last push time."""
+    merged: dict[str, Metric] = {}
+    for group in groups:
+        for family in group.families:
+            metric = merged.get(family.name)
+            if metric is None:
+                metric = merged[family.name] = Metric(family.name, family.help, family.type)
+            for sample in family.samples:
+                labels = {("training_job" if k == "job" else k): v for k, v in sample.labels}
+                metric.add_sample(sample.name, labels, sample.value)
+    spec = PUSH_TABLE["group_last_push"]
+    last_push = Metric(spec.name, spec.help, "gauge")
+    for group in groups:
+        last_push.add_sample(spec.name, group.exposed_labels(), group.last_push_timestamp)
+    out = [m for m in merged.values() if m.samples]
+    if last_push.samples:
+        out.append(last_push)
+    return out
+
+
+class StepsCollector:
+    name = "steps"
+    tables = (STEPS_TABLE, PUSH_TABLE)
+
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = StepStore(config.push, clock)
+        self.groups = GroupStore(config.push, clock)
+
+    def routers(self) -> list[tuple[str, Any]]:
+        from fleetscope.push.api import build_router  # lazy: FastAPI is only needed when serving
+
+        return [("push", build_router(self.store, self.groups, self.config.push))]
+
+    def collect(self) -> list[Metric]:
+        view = self.store.view()
+        groups, groups_expired = self.groups.view()
+        builder = FamilyBuilder()
+        for rank in sorted(view.ranks, key=lambda r: (r.job, r.rank)):
+            add_rank(builder, rank)
+        add_receiver(builder, view, len(groups), groups_expired)
+        return builder.families() + group_families(groups)

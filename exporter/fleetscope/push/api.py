@@ -1,0 +1,196 @@
+"""HTTP routes of the push API (FastAPI), mounted on the ``"push"`` app.
+
+* ``POST /api/v1/steps``: one step record or a batch (see :mod:`.models`).
+* ``DELETE /api/v1/jobs/{job}``: the job ended; its series go at once.
+* ``PUT``/``POST``/``DELETE /metrics/job/<job>{/<label>/<value>}``: Pushgateway groups.
+
+Bodies are read as a stream and cut off at ``push.max-body-bytes`` (a declared
+Content-Length over the limit is refused before reading anything), so a
+client cannot make the daemon buffer an unbounded body. Large bodies are
+validated and stored on the threadpool, keeping the event loop free for
+other pushers.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Callable, TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from fleetscope.config import PushConfig
+from fleetscope.push.gateway import GroupError, GroupLimitExceeded, GroupStore, parse_exposition, parse_group_path
+from fleetscope.push.models import JobEndResult, PushResult, RecordError, parse_records, request_body_schema
+from fleetscope.push.store import LimitExceeded, StepStore
+
+INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
+T = TypeVar("T")
+
+
+class PushRefused(Exception):
+    """Ends a push with an HTTP status and a message (after counting the rejection)."""
+
+    def __init__(self, status: int, reason: str, detail: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(str(detail))
+        self.status = status
+        self.reason = reason
+        self.detail = detail
+        self.headers = headers
+
+
+def _error(status: int, detail: Any, description: str) -> dict[int | str, dict[str, Any]]:
+    return {status: {"description": description, "content": {"application/json": {"example": {"detail": detail}}}}}
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_error(401, "missing or wrong bearer token", "Push token required (push.token)."),
+    **_error(413, "body exceeds 1048576 bytes (push.max-body-bytes)", "Body too large."),
+    **_error(429, "push would track 17 jobs; this node allows 16 (push.max-jobs)",
+             "Limit on jobs, ranks or groups reached; nothing from this push was stored."),
+}
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) anything over ``limit`` bytes without buffering it."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            declared_bytes = int(declared)
+        except ValueError:
+            raise PushRefused(400, "invalid", "Content-Length is not a number") from None
+        if declared_bytes > limit:
+            raise PushRefused(413, "too_large", f"body of {declared_bytes} bytes exceeds {limit} bytes (push.max-body-bytes)")
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise PushRefused(413, "too_large", f"body exceeds {limit} bytes (push.max-body-bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _maybe_offload(size: int, work: Callable[[], T]) -> T:
+    if size <= INLINE_BODY_BYTES:
+        return work()
+    return await run_in_threadpool(work)
+
+
+def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> APIRouter:
+    def require_token(request: Request) -> None:
+        if not config.token:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, supplied = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), config.token.encode()):
+            raise PushRefused(401, "unauthorized", "missing or wrong bearer token",
+                              headers={"WWW-Authenticate": 'Bearer realm="fleetscope push"'})
+
+    def refused(exc: PushRefused) -> JSONResponse:
+        store.rejected.inc(exc.reason)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+    router = APIRouter(tags=["push"])
+
+    @router.post(
+        "/api/v1/steps",
+        response_model=PushResult,
+        summary="Push one training step record or a batch of them.",
+        description=(
+            "Body: one record (object) or a batch (array). A batch is all-or-nothing: if any record is invalid "
+            "(422, naming the field) or the batch would exceed the node's limits on jobs or ranks (429), "
+            "nothing from it is stored."
+        ),
+        openapi_extra=request_body_schema(),
+        responses={**ERROR_RESPONSES, 422: {"description": "A record is invalid; `detail` names each bad field."}},
+    )
+    async def push_steps(request: Request) -> Any:
+        try:
+            require_token(request)
+            body = await read_bounded(request, config.max_body_bytes)
+
+            def store_body() -> int:
+                try:
+                    records = parse_records(body)
+                except RecordError as exc:
+                    raise PushRefused(422, "invalid", exc.detail) from None
+                try:
+                    return store.ingest(records)
+                except LimitExceeded as exc:
+                    raise PushRefused(429, "limit", str(exc)) from None
+
+            accepted = await _maybe_offload(len(body), store_body)
+        except PushRefused as exc:
+            return refused(exc)
+        return PushResult(accepted=accepted)
+
+    @router.delete(
+        "/api/v1/jobs/{job}",
+        response_model=JobEndResult,
+        summary="End a job: drop the series of all its ranks at once.",
+        responses={401: ERROR_RESPONSES[401]},
+    )
+    def end_job(job: str, request: Request) -> Any:
+        try:
+            require_token(request)
+        except PushRefused as exc:
+            return refused(exc)
+        return JobEndResult(job=job, ranks_removed=store.end_job(job))
+
+    async def push_group(request: Request, grouping: str, replace_all: bool) -> Response:
+        try:
+            require_token(request)
+            try:
+                key = parse_group_path(grouping)
+            except GroupError as exc:
+                raise PushRefused(400, "invalid", str(exc)) from None
+            content_type = request.headers.get("content-type", "text/plain")
+            if "protobuf" in content_type:
+                raise PushRefused(415, "invalid", "only the text exposition format is accepted, not protobuf")
+            body = await read_bounded(request, config.max_body_bytes)
+
+            def store_group() -> None:
+                try:
+                    families = parse_exposition(body.decode("utf-8", "replace"), key)
+                    groups.push(key, families, replace_all)
+                except GroupError as exc:
+                    raise PushRefused(400, "invalid", str(exc)) from None
+                except GroupLimitExceeded as exc:
+                    raise PushRefused(429, "limit", str(exc)) from None
+
+            await _maybe_offload(len(body), store_group)
+        except PushRefused as exc:
+            return refused(exc)
+        return Response(status_code=200)
+
+    group_doc = "Pushgateway-compatible group `/metrics/job/<job>{/<label>/<value>}` (text exposition format)."
+
+    @router.put("/metrics/{grouping:path}", summary="Replace a Pushgateway-style group.", description=group_doc,
+                responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}})
+    async def put_group(grouping: str, request: Request) -> Response:
+        return await push_group(request, grouping, replace_all=True)
+
+    @router.post("/metrics/{grouping:path}", summary="Replace the pushed families within a group.",
+                 description=group_doc,
+                 responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}})
+    async def post_group(grouping: str, request: Request) -> Response:
+        return await push_group(request, grouping, replace_all=False)
+
+    @router.delete("/metrics/{grouping:path}", summary="Delete a Pushgateway-style group.", status_code=202,
+                   responses={401: ERROR_RESPONSES[401], 400: {"description": "Invalid grouping key."}})
+    def delete_group(grouping: str, request: Request) -> Response:
+        try:
+            require_token(request)
+            try:
+                key = parse_group_path(grouping)
+            except GroupError as exc:
+                raise PushRefused(400, "invalid", str(exc)) from None
+        except PushRefused as exc:
+            return refused(exc)
+        groups.delete(key)
+        return Response(status_code=202)
+
+    return router
+
