@@ -1,0 +1,21 @@
+"""A faithful fake of the NVML native library, below the ``nvidia-ml-py`` binding.
+
+Tests and the simulator run the real ``pynvml`` code against it::
+
+    fake = FakeNvml.from_scenario("h100_8x_healthy")
+    with installed(fake):
+        fake.gpu(2).set(temperature=88, clocks_mhz={"sm": 990})
+        fake.gpu(2).throttle("hw_thermal")
+        fake.inject_xid(5, 48)
+        fake.lose(3)
+"""
+
+from __future__ import annotations
+
+from fleetscope.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
+from fleetscope.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
+
+__all__ = [
+    "FakeGpu", "FakeNvml", "install", "installed", "uninstall", "load_scenario", "scenario_names", "SCENARIO_DIR",
+    "write_sysfs",
+]

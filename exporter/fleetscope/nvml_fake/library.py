@@ -1,0 +1,796 @@
+"""A fake ``libnvidia-ml.so.1`` for the real ``nvidia-ml-py`` code.
+
+``pynvml`` loads the native library into its module global ``nvmlLib`` and
+resolves every C symbol with ``getattr(nvmlLib, name)``. :class:`FakeNvml` is
+an object that stands in for that ``CDLL``: each NVML entry point is an
+attribute that takes the very ctypes arguments ``pynvml`` passes (``byref``
+pointers, the binding's own ``Structure`` classes, string buffers), writes the
+results into them and returns a real ``nvmlReturn_t`` code. A symbol the
+simulated driver lacks raises ``AttributeError``, which ``pynvml`` turns into
+``NVMLError_FunctionNotFound`` exactly as with an older ``libnvidia-ml``.
+
+Units follow ``nvml.h``: MHz, milliwatts, millijoules, nanoseconds, percent,
+KB/s for PCIe throughput. The state of each GPU is a :class:`FakeGpu` that
+tests and the simulator change at runtime (``fake.gpu(3).set(temperature=91)``).
+A value set to ``None`` makes the matching call or field answer
+``NVML_ERROR_NOT_SUPPORTED``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# nvmlReturn_t codes (nvml.h)
+SUCCESS = 0
+ERROR_UNINITIALIZED = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6
+ERROR_INSUFFICIENT_SIZE = 7
+ERROR_TIMEOUT = 10
+ERROR_GPU_IS_LOST = 15
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+ERROR_STRINGS = {
+    SUCCESS: b"Success", ERROR_UNINITIALIZED: b"Uninitialized", ERROR_INVALID_ARGUMENT: b"Invalid Argument",
+    ERROR_NOT_SUPPORTED: b"Not Supported", ERROR_NOT_FOUND: b"Not Found", ERROR_INSUFFICIENT_SIZE: b"Insufficient Size",
+    ERROR_TIMEOUT: b"Timeout", ERROR_GPU_IS_LOST: b"GPU is lost",
+    ERROR_ARGUMENT_VERSION_MISMATCH: b"Argument version mismatch",
+}
+
+# Event type bits (nvml.h nvmlEventType*)
+EVENT_SBE = 0x1
+EVENT_DBE = 0x2
+EVENT_XID = 0x8
+EVENT_DRAM_RETIREMENT = 0x400
+EVENT_DRAM_RETIREMENT_FAILURE = 0x800
+EVENT_GPU_UNAVAILABLE = 0x4000
+EVENT_RECOVERY_ACTION = 0x8000
+
+THROTTLE_BITS = {
+    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
+    "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
+}
+# Throttle-duration fields (ns): reason -> NVML_FI_DEV_CLOCKS_EVENT_REASON_* / PERF_POLICY_* id.
+THROTTLE_FIELDS = {"sw_power_cap": 74, "sync_boost": 76, "sw_thermal": 269, "hw_thermal": 270, "hw_power_brake": 271}
+CLOCK_TYPES = {0: "graphics", 1: "sm", 2: "memory"}
+GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
+
+HANDLE_BASE = 0x7F0000001000
+SET_BASE = 0x7F0000800000
+SAMPLE_BASE = 0x7F0000C00000
+VALUE_TYPE_DOUBLE, VALUE_TYPE_UINT, VALUE_TYPE_ULL, VALUE_TYPE_SLL = 0, 1, 3, 4
+
+
+@dataclass
+class FakeGpu:
+    """The simulated state of one GPU, in NVML's own units."""
+
+    index: int = 0
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    serial: str = ""
+    pci_domain: int = 0
+    pci_bus: int = 0
+    pci_device: int = 0
+    pci_device_id: int = 0x233010DE
+    vbios_version: str = "96.00.99.00.01"
+    architecture: str = "hopper"
+    mig_mode: int = 0
+    utilization_gpu: int | None = 0
+    utilization_memory: int | None = 0
+    memory_total: int = 81559 * 1024 * 1024
+    memory_used: int = 0
+    memory_reserved: int | None = 535 * 1024 * 1024
+    temperature: int | None = 35
+    memory_temperature: int | None = 40
+    slowdown_temperature: int | None = 90
+    shutdown_temperature: int | None = 92
+    power_mw: int | None = 70000
+    power_limit_mw: int | None = 700000
+    energy_mj: int | None = 0
+    clocks_mhz: dict[str, int] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
+    max_clocks_mhz: dict[str, int] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
+    throttle_reasons: int = 0
+    throttle_ns: dict[str, int] = field(default_factory=lambda: {r: 0 for r in THROTTLE_FIELDS})
+    ecc: dict[str, int] | None = field(default_factory=lambda: {
+        "corrected_volatile": 0, "uncorrected_volatile": 0, "corrected_aggregate": 0, "uncorrected_aggregate": 0})
+    retired_pages_sbe: int | None = 0
+    retired_pages_dbe: int | None = 0
+    retired_pages_pending: int | None = 0
+    remapped_rows: dict[str, int] | None = field(default_factory=lambda: {
+        "correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0})
+    pcie_replays: int | None = 0
+    pcie_generation: int | None = 5
+    pcie_max_generation: int | None = 5
+    pcie_width: int | None = 16
+    pcie_max_width: int | None = 16
+    pcie_tx_kbps: int | None = 0
+    pcie_rx_kbps: int | None = 0
+    nvlink_up: list[bool] = field(default_factory=lambda: [True] * 18)
+    nvlink_errors: dict[str, list[int]] = field(default_factory=dict)  # "replay"/"recovery"/"crc" -> per link
+    performance_state: int | None = 0
+    fan_percent: int | None = None  # passively cooled SXM boards have no fan
+    recovery_action: int | None = 0
+    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
+    gpm: dict[str, float] | None = field(default_factory=lambda: {
+        "sm_active": 0.0, "sm_occupancy": 0.0, "tensor_active": 0.0, "dram_active": 0.0})
+    supported_events: int = EVENT_SBE | EVENT_DBE | EVENT_XID | EVENT_DRAM_RETIREMENT | EVENT_DRAM_RETIREMENT_FAILURE
+    unsupported: set[str] = field(default_factory=set)  # entry points answering NOT_SUPPORTED for this GPU
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.serial:
+            self.serial = f"{1654922000000 + self.index}"
+        if not self.uuid:
+            digest = hashlib.sha256(f"{self.serial}:{self.pci_bus}".encode()).hexdigest()
+            self.uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        for kind in ("replay", "recovery", "crc"):
+            self.nvlink_errors.setdefault(kind, [0] * len(self.nvlink_up))
+
+    @property
+    def bus_id(self) -> str:
+        """NVML's ``busId`` form: 8-hex domain, upper case, function 0."""
+        return f"{self.pci_domain:08X}:{self.pci_bus:02X}:{self.pci_device:02X}.0"
+
+    @property
+    def sysfs_address(self) -> str:
+        return f"{self.pci_domain:04x}:{self.pci_bus:02x}:{self.pci_device:02x}.0"
+
+    def set(self, **changes: Any) -> FakeGpu:
+        """Change state at runtime; unknown names raise so a typo never silently does nothing."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for key, value in changes.items():
+            if key not in names:
+                raise AttributeError(f"FakeGpu has no field {key!r}")
+            current = getattr(self, key)
+            if isinstance(current, dict) and isinstance(value, dict):
+                current.update(value)
+            else:
+                setattr(self, key, value)
+        return self
+
+    def throttle(self, *reasons: str) -> None:
+        """Set the active clocks-event reasons by name (none: clocks unrestricted)."""
+        self.throttle_reasons = 0
+        for reason in reasons:
+            self.throttle_reasons |= THROTTLE_BITS[reason]
+
+
+class CFunction:
+    """One exported symbol: callable like a ctypes function pointer, with a settable ``restype``."""
+
+    def __init__(self, name: str, impl: Callable[..., Any], fake: FakeNvml) -> None:
+        self.__name__ = name
+        self._impl = impl
+        self._fake = fake
+        self.restype: Any = ctypes.c_int
+        self.argtypes: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        self._fake._maybe_hang(self.__name__)
+        with self._fake._calls_lock:
+            self._fake.calls[self.__name__] = self._fake.calls.get(self.__name__, 0) + 1
+        return self._impl(*args)
+
+
+def _value(arg: Any) -> int:
+    """A ctypes scalar or a plain Python int, as int."""
+    return int(getattr(arg, "value", arg))
+
+
+def _out(ref: Any) -> Any:
+    """The object behind a ``byref()`` argument (or the object itself)."""
+    return getattr(ref, "_obj", ref)
+
+
+def _address(pointer: Any) -> int:
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
+
+
+def _write_pointer(ref: Any, address: int) -> None:
+    ctypes.c_void_p.from_buffer(_out(ref)).value = address
+
+
+def _write_string(buffer: Any, length: Any, text: str) -> int:
+    data = text.encode()
+    if len(data) + 1 > _value(length):
+        return ERROR_INSUFFICIENT_SIZE
+    buffer.value = data
+    return SUCCESS
+
+
+class FakeNvml:
+    """The fake native library. Build one with :meth:`from_scenario` or directly from ``FakeGpu`` objects."""
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        driver_version: str = "550.90.07",
+        nvml_version: str = "12.550.90.07",
+        cuda_driver_version: int = 12040,
+        missing_functions: tuple[str, ...] = (),
+        max_field_id: int = 400,
+        name: str = "custom",
+    ) -> None:
+        self.name = name
+        self.gpus = gpus
+        self.driver_version = driver_version
+        self.nvml_version = nvml_version
+        self.cuda_driver_version = cuda_driver_version
+        self.missing_functions = set(missing_functions)
+        self.max_field_id = max_field_id  # fields newer than the simulated driver answer NOT_SUPPORTED
+        self.initialized = 0
+        self.calls: dict[str, int] = {}
+        self._calls_lock = threading.Lock()
+        self._hang: dict[str, threading.Event] = {}
+        self._events = threading.Condition()
+        self._sets: dict[int, dict[str, Any]] = {}
+        self._samples: dict[int, dict[str, Any] | None] = {}
+        self.pending_events: list[tuple[int, int, int]] = []  # delivered when the GPU is registered
+        self._functions = {
+            attr[1:]: CFunction(attr[1:], getattr(self, attr), self) for attr in dir(self) if attr.startswith("_nvml")
+        }
+
+    # -- scenario API ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_scenario(cls, path_or_name: str) -> FakeNvml:
+        from fleetscope.nvml_fake.scenarios import load_scenario
+
+        return load_scenario(path_or_name)
+
+    def gpu(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def lose(self, index: int) -> None:
+        """The GPU falls off the bus: every call on it answers GPU_IS_LOST, event waits too."""
+        self.gpus[index].lost = True
+        with self._events:
+            self._events.notify_all()
+
+    def recover(self, index: int) -> None:
+        self.gpus[index].lost = False
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        """Deliver an Xid critical-error event to every event set registered for this GPU."""
+        self.inject_event(index, EVENT_XID, xid)
+
+    def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
+        with self._events:
+            for event_set in self._sets.values():
+                if event_set["registered"].get(index, 0) & event_type:
+                    event_set["queue"].append((index, event_type, data))
+            self._events.notify_all()
+
+    def hang(self, function: str) -> threading.Event:
+        """Make calls to ``function`` block until the returned event is set (or :meth:`release`)."""
+        gate = threading.Event()
+        self._hang[function] = gate
+        return gate
+
+    def release(self) -> None:
+        for gate in self._hang.values():
+            gate.set()
+        self._hang.clear()
+
+    def _maybe_hang(self, name: str) -> None:
+        gate = self._hang.get(name)
+        if gate is not None:
+            gate.wait()
+
+    def __getattr__(self, name: str) -> CFunction:
+        # Only reached for names that are not regular attributes: the C symbols.
+        functions = self.__dict__.get("_functions", {})
+        if name in self.__dict__.get("missing_functions", ()) or name not in functions:
+            raise AttributeError(name)
+        return functions[name]
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _device(self, handle: Any) -> FakeGpu | None:
+        index = (_address(handle) - HANDLE_BASE) // 0x100
+        if 0 <= index < len(self.gpus) and _address(handle) == HANDLE_BASE + index * 0x100:
+            return self.gpus[index]
+        return None
+
+    def _query(self, handle: Any, function: str, value: Any, writer: Callable[[Any], None]) -> int:
+        """The common shape of a device query: checks, then write one value."""
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        gpu = self._device(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        if gpu.lost:
+            return ERROR_GPU_IS_LOST
+        if function in gpu.unsupported or value is None:
+            return ERROR_NOT_SUPPORTED
+        writer(value)
+        return SUCCESS
+
+    def _scalar(self, handle: Any, function: str, value: Any, ref: Any) -> int:
+        def write(v: Any) -> None:
+            _out(ref).value = int(v)
+
+        return self._query(handle, function, value, write)
+
+    # -- system ----------------------------------------------------------------------------------
+
+    def _nvmlInitWithFlags(self, flags: Any) -> int:
+        self.initialized += 1
+        return SUCCESS
+
+    def _nvmlInit_v2(self) -> int:
+        return self._nvmlInitWithFlags(0)
+
+    def _nvmlShutdown(self) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        self.initialized -= 1
+        return SUCCESS
+
+    def _nvmlErrorString(self, result: Any) -> bytes:
+        return ERROR_STRINGS.get(_value(result), b"Unknown Error")
+
+    def _nvmlSystemGetDriverVersion(self, buffer: Any, length: Any) -> int:
+        return _write_string(buffer, length, self.driver_version) if self.initialized else ERROR_UNINITIALIZED
+
+    def _nvmlSystemGetNVMLVersion(self, buffer: Any, length: Any) -> int:
+        return _write_string(buffer, length, self.nvml_version)
+
+    def _nvmlSystemGetCudaDriverVersion(self, ref: Any) -> int:
+        _out(ref).value = self.cuda_driver_version
+        return SUCCESS
+
+    def _nvmlDeviceGetCount_v2(self, ref: Any) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        _out(ref).value = len(self.gpus)
+        return SUCCESS
+
+    def _nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        i = _value(index)
+        if not 0 <= i < len(self.gpus):
+            return ERROR_INVALID_ARGUMENT
+        _write_pointer(ref, HANDLE_BASE + i * 0x100)
+        return SUCCESS
+
+    # -- identity --------------------------------------------------------------------------------
+
+    def _string_query(self, handle: Any, function: str, attr: str, buffer: Any, length: Any) -> int:
+        gpu = self._device(handle)
+        text = getattr(gpu, attr) if gpu is not None else None
+        status = self._query(handle, function, text, lambda v: None)
+        return status if status != SUCCESS else _write_string(buffer, length, text)
+
+    def _nvmlDeviceGetName(self, handle: Any, buffer: Any, length: Any) -> int:
+        return self._string_query(handle, "nvmlDeviceGetName", "name", buffer, length)
+
+    def _nvmlDeviceGetUUID(self, handle: Any, buffer: Any, length: Any) -> int:
+        return self._string_query(handle, "nvmlDeviceGetUUID", "uuid", buffer, length)
+
+    def _nvmlDeviceGetSerial(self, handle: Any, buffer: Any, length: Any) -> int:
+        return self._string_query(handle, "nvmlDeviceGetSerial", "serial", buffer, length)
+
+    def _nvmlDeviceGetVbiosVersion(self, handle: Any, buffer: Any, length: Any) -> int:
+        return self._string_query(handle, "nvmlDeviceGetVbiosVersion", "vbios_version", buffer, length)
+
+    def _nvmlDeviceGetIndex(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetIndex", gpu.index if gpu else None, ref)
+
+    def _nvmlDeviceGetPciInfo_v3(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+
+        def write(g: FakeGpu) -> None:
+            info = _out(ref)
+            info.busIdLegacy = f"{g.pci_domain:04X}:{g.pci_bus:02X}:{g.pci_device:02X}.0".encode()
+            info.busId = g.bus_id.encode()
+            info.domain, info.bus, info.device = g.pci_domain, g.pci_bus, g.pci_device
+            info.pciDeviceId = g.pci_device_id
+            info.pciSubSystemId = 0x16C110DE
+
+        return self._query(handle, "nvmlDeviceGetPciInfo_v3", gpu, write)
+
+    def _nvmlDeviceGetArchitecture(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetArchitecture", ARCHITECTURES.get(gpu.architecture) if gpu else None, ref)
+
+    def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        gpu = self._device(handle)
+
+        def write(mode: int) -> None:
+            _out(current).value = mode
+            _out(pending).value = mode
+
+        return self._query(handle, "nvmlDeviceGetMigMode", gpu.mig_mode if gpu else None, write)
+
+    # -- telemetry -------------------------------------------------------------------------------
+
+    def _nvmlDeviceGetUtilizationRates(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        # nvml.h: utilization is not supported on MIG-enabled GPUs.
+        value = None if gpu is None or gpu.mig_mode or gpu.utilization_gpu is None else gpu
+
+        def write(g: FakeGpu) -> None:
+            _out(ref).gpu = g.utilization_gpu
+            _out(ref).memory = g.utilization_memory or 0
+
+        return self._query(handle, "nvmlDeviceGetUtilizationRates", value, write)
+
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+
+        def write(g: FakeGpu) -> None:
+            info = _out(ref)
+            info.total = g.memory_total
+            info.used = g.memory_used + (g.memory_reserved or 0)  # v1 "used" = reserved + allocated
+            info.free = g.memory_total - info.used
+
+        return self._query(handle, "nvmlDeviceGetMemoryInfo", gpu, write)
+
+    def _nvmlDeviceGetMemoryInfo_v2(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        if gpu is not None and _out(ref).version != 0x02000028:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+
+        def write(g: FakeGpu) -> None:
+            info = _out(ref)
+            info.total, info.used = g.memory_total, g.memory_used
+            info.reserved = g.memory_reserved or 0
+            info.free = g.memory_total - g.memory_used - info.reserved
+
+        return self._query(handle, "nvmlDeviceGetMemoryInfo_v2", gpu, write)
+
+    def _nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        value = gpu.temperature if gpu and _value(sensor) == 0 else None
+        return self._scalar(handle, "nvmlDeviceGetTemperature", value, ref)
+
+    def _nvmlDeviceGetTemperatureV(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        info = _out(ref)
+        if info.version != 0x100000C:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+        value = gpu.temperature if gpu and int(info.sensorType) == 0 else None
+
+        def write(v: int) -> None:
+            info.temperature = v
+
+        return self._query(handle, "nvmlDeviceGetTemperatureV", value, write)
+
+    def _nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        kind = _value(threshold)
+        value = None
+        if gpu is not None:
+            value = {0: gpu.shutdown_temperature, 1: gpu.slowdown_temperature}.get(kind)
+        return self._scalar(handle, "nvmlDeviceGetTemperatureThreshold", value, ref)
+
+    def _nvmlDeviceGetPowerUsage(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetPowerUsage", gpu.power_mw if gpu else None, ref)
+
+    def _nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetEnforcedPowerLimit", gpu.power_limit_mw if gpu else None, ref)
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetTotalEnergyConsumption", gpu.energy_mj if gpu else None, ref)
+
+    def _clock(self, handle: Any, function: str, kind: Any, ref: Any, maximum: bool) -> int:
+        gpu = self._device(handle)
+        name = CLOCK_TYPES.get(_value(kind))
+        value = None
+        if gpu is not None and name is not None:
+            value = (gpu.max_clocks_mhz if maximum else gpu.clocks_mhz).get(name)
+        return self._scalar(handle, function, value, ref)
+
+    def _nvmlDeviceGetClockInfo(self, handle: Any, kind: Any, ref: Any) -> int:
+        return self._clock(handle, "nvmlDeviceGetClockInfo", kind, ref, False)
+
+    def _nvmlDeviceGetMaxClockInfo(self, handle: Any, kind: Any, ref: Any) -> int:
+        return self._clock(handle, "nvmlDeviceGetMaxClockInfo", kind, ref, True)
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetCurrentClocksEventReasons", gpu.throttle_reasons if gpu else None, ref)
+
+    def _nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", gpu.throttle_reasons if gpu else None, ref)
+
+    def _nvmlDeviceGetPcieReplayCounter(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetPcieReplayCounter", gpu.pcie_replays if gpu else None, ref)
+
+    def _nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetCurrPcieLinkGeneration", gpu.pcie_generation if gpu else None, ref)
+
+    def _nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetMaxPcieLinkGeneration", gpu.pcie_max_generation if gpu else None, ref)
+
+    def _nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetCurrPcieLinkWidth", gpu.pcie_width if gpu else None, ref)
+
+    def _nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetMaxPcieLinkWidth", gpu.pcie_max_width if gpu else None, ref)
+
+    def _nvmlDeviceGetPcieThroughput(self, handle: Any, counter: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        value = None
+        if gpu is not None:
+            value = {0: gpu.pcie_tx_kbps, 1: gpu.pcie_rx_kbps}.get(_value(counter))
+        return self._scalar(handle, "nvmlDeviceGetPcieThroughput", value, ref)
+
+    def _nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        value = None
+        if gpu is not None and 0 <= _value(link) < len(gpu.nvlink_up):
+            value = 1 if gpu.nvlink_up[_value(link)] else 0
+        elif gpu is not None and not gpu.lost:
+            return ERROR_INVALID_ARGUMENT
+        return self._scalar(handle, "nvmlDeviceGetNvLinkState", value, ref)
+
+    def _nvmlDeviceGetPerformanceState(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetPerformanceState", gpu.performance_state if gpu else None, ref)
+
+    def _nvmlDeviceGetFanSpeed(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetFanSpeed", gpu.fan_percent if gpu else None, ref)
+
+    def _nvmlDeviceGetRemappedRows(self, handle: Any, corr: Any, unc: Any, pending: Any, failure: Any) -> int:
+        gpu = self._device(handle)
+        rows = None if gpu is None or gpu.mig_mode else gpu.remapped_rows  # NotSupported with MIG (nvml.h)
+
+        def write(r: dict[str, int]) -> None:
+            _out(corr).value, _out(unc).value = r["correctable"], r["uncorrectable"]
+            _out(pending).value, _out(failure).value = r["pending"], r["failure"]
+
+        return self._query(handle, "nvmlDeviceGetRemappedRows", rows, write)
+
+    def _processes(self, handle: Any, function: str, count_ref: Any, infos: Any) -> int:
+        gpu = self._device(handle)
+        status = self._query(handle, function, gpu, lambda g: None)
+        if status != SUCCESS:
+            return status
+        assert gpu is not None
+        count = _out(count_ref)
+        needed = len(gpu.processes)
+        if infos is None or count.value < needed:
+            count.value = needed
+            return SUCCESS if needed == 0 else ERROR_INSUFFICIENT_SIZE
+        for slot, (pid, used) in enumerate(gpu.processes):
+            infos[slot].pid = pid
+            infos[slot].usedGpuMemory = used
+            infos[slot].gpuInstanceId = 0xFFFFFFFF
+            infos[slot].computeInstanceId = 0xFFFFFFFF
+        count.value = needed
+        return SUCCESS
+
+    def _nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, infos: Any) -> int:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses_v3", count, infos)
+
+    def _nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any, count: Any, infos: Any) -> int:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses_v2", count, infos)
+
+    # -- batched field values --------------------------------------------------------------------
+
+    def _field(self, gpu: FakeGpu, field_id: int, scope: int) -> tuple[int, Any]:
+        """(value type, value) of one field, or raise LookupError for NOT_SUPPORTED."""
+        if field_id > self.max_field_id:
+            raise LookupError
+        ecc = gpu.ecc or {}
+        rows = None if gpu.mig_mode else gpu.remapped_rows
+        simple: dict[int, Any] = {
+            3: ecc.get("corrected_volatile"), 4: ecc.get("uncorrected_volatile"),
+            5: ecc.get("corrected_aggregate"), 6: ecc.get("uncorrected_aggregate"),
+            29: gpu.retired_pages_sbe, 30: gpu.retired_pages_dbe, 31: gpu.retired_pages_pending,
+            82: gpu.memory_temperature, 83: gpu.energy_mj, 91: len(gpu.nvlink_up) or None,
+            94: gpu.pcie_replays, 230: gpu.recovery_action,
+        }
+        if rows is not None:
+            simple.update({142: rows["correctable"], 143: rows["uncorrectable"], 144: rows["pending"], 145: rows["failure"]})
+        for reason, fid in THROTTLE_FIELDS.items():
+            simple[fid] = gpu.throttle_ns.get(reason)
+        if field_id in simple:
+            value = simple[field_id]
+            if value is None:
+                raise LookupError
+            return VALUE_TYPE_ULL, int(value)
+        per_link = {161: "replay", 162: "recovery", 163: "crc"}
+        if field_id in per_link and 0 <= scope < len(gpu.nvlink_up):
+            return VALUE_TYPE_ULL, gpu.nvlink_errors[per_link[field_id]][scope]
+        if field_id == 165 and 0 <= scope < len(gpu.nvlink_up):
+            return VALUE_TYPE_UINT, 1 if gpu.nvlink_up[scope] else 0
+        raise LookupError
+
+    def _nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ref: Any) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        gpu = self._device(handle)
+        if gpu is None:
+            return ERROR_INVALID_ARGUMENT
+        if gpu.lost:
+            return ERROR_GPU_IS_LOST
+        values = _out(ref)
+        now_us = int(time.time() * 1e6)
+        for i in range(_value(count)):
+            slot = values[i]
+            slot.timestamp = now_us
+            slot.latencyUsec = 0
+            try:
+                value_type, value = self._field(gpu, int(slot.fieldId), int(slot.scopeId))
+            except LookupError:
+                slot.nvmlReturn = ERROR_NOT_SUPPORTED
+                continue
+            slot.nvmlReturn = SUCCESS
+            slot.valueType = value_type
+            if value_type == VALUE_TYPE_UINT:
+                slot.value.uiVal = value
+            else:
+                slot.value.ullVal = value
+        return SUCCESS
+
+    # -- GPM -------------------------------------------------------------------------------------
+
+    def _nvmlGpmQueryDeviceSupport(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+
+        def write(g: FakeGpu) -> None:
+            _out(ref).isSupportedDevice = 1 if g.gpm is not None and g.architecture in ("hopper", "blackwell") else 0
+
+        return self._query(handle, "nvmlGpmQueryDeviceSupport", gpu, write)
+
+    def _nvmlGpmSampleAlloc(self, ref: Any) -> int:
+        address = SAMPLE_BASE + len(self._samples) * 0x100
+        self._samples[address] = None
+        _write_pointer(ref, address)
+        return SUCCESS
+
+    def _nvmlGpmSampleFree(self, sample: Any) -> int:
+        return SUCCESS if self._samples.pop(_address(sample), "absent") != "absent" else ERROR_INVALID_ARGUMENT
+
+    def _nvmlGpmSampleGet(self, handle: Any, sample: Any) -> int:
+        gpu = self._device(handle)
+        address = _address(sample)
+        if address not in self._samples:
+            return ERROR_INVALID_ARGUMENT
+
+        def write(g: FakeGpu) -> None:
+            self._samples[address] = {"gpu": g.index, "time": time.monotonic(), "gpm": dict(g.gpm or {})}
+
+        value = gpu if gpu is not None and gpu.gpm is not None else None
+        return self._query(handle, "nvmlGpmSampleGet", value, write)
+
+    def _nvmlGpmMetricsGet(self, ref: Any) -> int:
+        request = _out(ref)
+        if request.version != 1:
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+        first = self._samples.get(_address(request.sample1))
+        second = self._samples.get(_address(request.sample2))
+        if not first or not second or first["gpu"] != second["gpu"]:
+            return ERROR_INVALID_ARGUMENT
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            name = GPM_METRICS.get(int(metric.metricId))
+            if name is None or name not in second["gpm"]:
+                metric.nvmlReturn = ERROR_NOT_SUPPORTED
+                continue
+            metric.nvmlReturn = SUCCESS
+            metric.value = float(second["gpm"][name])  # percent 0-100, over the interval between the samples
+        return SUCCESS
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _nvmlEventSetCreate(self, ref: Any) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        with self._events:
+            address = SET_BASE + (len(self._sets) + 1) * 0x100
+            while address in self._sets:
+                address += 0x100
+            self._sets[address] = {"registered": {}, "queue": deque()}
+        _write_pointer(ref, address)
+        return SUCCESS
+
+    def _nvmlEventSetFree(self, event_set: Any) -> int:
+        with self._events:
+            return SUCCESS if self._sets.pop(_address(event_set), None) is not None else ERROR_INVALID_ARGUMENT
+
+    def _nvmlDeviceGetSupportedEventTypes(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetSupportedEventTypes", gpu.supported_events if gpu else None, ref)
+
+    def _nvmlDeviceRegisterEvents(self, handle: Any, types: Any, event_set: Any) -> int:
+        gpu = self._device(handle)
+        wanted = _value(types)
+        with self._events:
+            target = self._sets.get(_address(event_set))
+            if target is None:
+                return ERROR_INVALID_ARGUMENT
+            if gpu is not None and wanted & ~gpu.supported_events:
+                return ERROR_NOT_SUPPORTED  # nvml.h: "some of requested event types" unsupported
+
+            def write(g: FakeGpu) -> None:
+                target["registered"][g.index] = target["registered"].get(g.index, 0) | wanted
+                for pending in [p for p in self.pending_events if p[0] == g.index and p[1] & wanted]:
+                    self.pending_events.remove(pending)
+                    target["queue"].append(pending)
+
+            return self._query(handle, "nvmlDeviceRegisterEvents", gpu, write)
+
+    def _nvmlEventSetWait_v2(self, event_set: Any, ref: Any, timeout_ms: Any) -> int:
+        deadline = time.monotonic() + _value(timeout_ms) / 1000.0
+        with self._events:
+            while True:
+                target = self._sets.get(_address(event_set))
+                if target is None:
+                    return ERROR_INVALID_ARGUMENT
+                if any(self.gpus[i].lost for i in target["registered"]):
+                    return ERROR_GPU_IS_LOST
+                if target["queue"]:
+                    index, event_type, data = target["queue"].popleft()
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return ERROR_TIMEOUT
+                self._events.wait(remaining)
+        out = _out(ref)
+        ctypes.c_void_p.from_buffer(out, 0).value = HANDLE_BASE + index * 0x100
+        out.eventType = event_type
+        out.eventData = data
+        out.gpuInstanceId = 0xFFFFFFFF
+        out.computeInstanceId = 0xFFFFFFFF
+        return SUCCESS
+
+
+def install(fake: FakeNvml) -> None:
+    """Make ``pynvml`` use ``fake`` as its native library."""
+    import pynvml
+
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = fake
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+
+
+def uninstall() -> None:
+    """Back to "no library loaded"; the next ``nvmlInit`` looks for the real one."""
+    import pynvml
+
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+
+
+class installed:
+    """Context manager: ``with installed(fake): ...`` installs and always uninstalls."""
+
+    def __init__(self, fake: FakeNvml) -> None:
+        self.fake = fake
+
+    def __enter__(self) -> FakeNvml:
+        install(self.fake)
+        return self.fake
+
+    def __exit__(self, *exc: object) -> None:
+        self.fake.release()
+        uninstall()

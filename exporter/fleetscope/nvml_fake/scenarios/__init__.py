@@ -1,0 +1,125 @@
+"""Scenario files for the NVML fake, and a matching sysfs PCI tree.
+
+A scenario is YAML::
+
+    description: 8x H100 SXM, healthy
+    base: other_scenario          # optional: start from another scenario, then override
+    driver_version: "550.90.07"
+    nvml_version: "12.550.90.07"
+    missing_functions: []         # symbols the simulated (older) driver lacks
+    max_field_id: 400             # field ids above this answer NOT_SUPPORTED
+    pci_buses: [0x53, 0x64, ...]  # one GPU per bus, index order
+    defaults: {FakeGpu field: value, ...}
+    gpus: {3: {field: value}}     # per-GPU overrides
+    lost: [3]                     # GPUs already fallen off the bus
+    hang: [nvmlDeviceGetPowerUsage]
+    pending_events: [{gpu: 2, xid: 79}]   # delivered once the GPU is registered for events
+
+``null`` for a value means the driver answers NOT_SUPPORTED for it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fleetscope.nvml_fake.library import EVENT_XID, FakeGpu, FakeNvml
+
+SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def scenario_names() -> list[str]:
+    return sorted(name[:-5] for name in os.listdir(SCENARIO_DIR) if name.endswith(".yaml"))
+
+
+def _read(path_or_name: str) -> dict[str, Any]:
+    import yaml  # lazy: only the fake needs it at this point
+
+    path = path_or_name
+    if os.path.sep not in path_or_name and not path_or_name.endswith(".yaml"):
+        path = os.path.join(SCENARIO_DIR, path_or_name + ".yaml")
+    with open(path, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    merged = _read(base if os.path.sep in base else os.path.join(os.path.dirname(path), base + ".yaml"))
+    for key, value in data.items():
+        merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Dicts merge key by key (recursively); anything else replaces."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
+
+
+def load_scenario(path_or_name: str) -> FakeNvml:
+    """A fresh :class:`FakeNvml` from a scenario file (a path, or a name in this directory)."""
+    data = _read(path_or_name)
+    defaults = dict(data.get("defaults") or {})
+    overrides = {int(k): v for k, v in (data.get("gpus") or {}).items()}
+    gpus = []
+    for index, bus in enumerate(data.get("pci_buses") or []):
+        fields = _merge(defaults, overrides.get(index, {}))
+        device = fields.pop("pci_device", 0)
+        if "unsupported" in fields:
+            fields["unsupported"] = set(fields["unsupported"])
+        if "nvlink_up" in fields and isinstance(fields["nvlink_up"], int):
+            fields["nvlink_up"] = [True] * fields["nvlink_up"]
+        gpus.append(FakeGpu(index=index, pci_bus=int(bus), pci_device=int(device), **_copy(fields)))
+    fake = FakeNvml(
+        gpus,
+        driver_version=str(data.get("driver_version", "550.90.07")),
+        nvml_version=str(data.get("nvml_version", "12.550.90.07")),
+        cuda_driver_version=int(data.get("cuda_driver_version", 12040)),
+        missing_functions=tuple(data.get("missing_functions") or ()),
+        max_field_id=int(data.get("max_field_id", 400)),
+        name=str(data.get("description", os.path.basename(path_or_name))),
+    )
+    for index in data.get("lost") or ():
+        fake.lose(int(index))
+    for function in data.get("hang") or ():
+        fake.hang(str(function))
+    for event in data.get("pending_events") or ():
+        fake.pending_events.append((int(event["gpu"]), int(event.get("type", EVENT_XID)), int(event.get("xid", 0))))
+    return fake
+
+
+def _copy(fields: dict[str, Any]) -> dict[str, Any]:
+    """Per-GPU copies, so changing one GPU's dict or list never changes another's."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            out[key] = {k: (list(v) if isinstance(v, list) else v) for k, v in value.items()}
+        elif isinstance(value, (list, set)):
+            out[key] = type(value)(value)
+        else:
+            out[key] = value
+    return out
+
+
+def write_sysfs(fake: FakeNvml, sysfs_root: str, present: list[int] | None = None) -> None:
+    """Write ``bus/pci/devices/<addr>/{vendor,device,class}`` for the fake's GPUs (and one non-GPU device).
+
+    ``present`` limits which GPUs are on the bus (a GPU that vanished from PCI entirely).
+    """
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    os.makedirs(devices, exist_ok=True)
+    for gpu in fake.gpus:
+        if present is not None and gpu.index not in present:
+            continue
+        _device(devices, gpu.sysfs_address, "0x10de", f"0x{gpu.pci_device_id >> 16:04x}", "0x030200")
+    # An NVSwitch bridge (class 0x0680) and an ENA NIC: on the bus, not GPUs.
+    _device(devices, "0000:07:00.0", "0x10de", "0x22a3", "0x068000")
+    _device(devices, "0000:00:05.0", "0x1d0f", "0xec20", "0x020000")
+
+
+def _device(devices: str, address: str, vendor: str, device: str, pci_class: str) -> None:
+    path = os.path.join(devices, address)
+    os.makedirs(path, exist_ok=True)
+    for name, value in (("vendor", vendor), ("device", device), ("class", pci_class)):
+        with open(os.path.join(path, name), "w", encoding="ascii") as handle:
+            handle.write(value + "\n")
