@@ -28,7 +28,8 @@ CURRENT_DRIVER = {
     "device_request_reset": 0, "missing_first_intr": 0, "suspend": 0, "resume": 0,
     "interface_down": 0, "interface_up": 1,
     "bw_in_allowance_exceeded": 3241329, "bw_out_allowance_exceeded": 530, "pps_allowance_exceeded": 784,
-    "conntrack_allowance_exceeded": 0, "linklocal_allowance_exceeded": 0, "conntrack_allowance_available": 615471,
+    "conntrack_allowance_exceeded": 0, "linklocal_allowance_exceeded": 0,
+    "conntrack_allowance_available": 615471,
     "ena_srd_mode": 0, "ena_admin_q_submitted_cmd": 55, "ena_admin_q_completed_cmd": 55,
     "num_of_active_io_queues": 2, "queue_0_tx_cnt": 2005711, "queue_0_rx_bytes": 64430725908,
 }
@@ -91,8 +92,9 @@ def test_only_table_statistics_are_exported() -> None:
     table_names = {spec.name for spec in ENA_TABLE}
     # counters expose <family>_total samples; every sample name comes from the table
     assert exported <= table_names
-    reasons = {dict(labels)["reason"] for name, labels in samples(families) if name.endswith("reset_reasons_total")}
-    assert reasons == {key for key, spec in ENA_TABLE.specs.items() if spec.name.endswith("reset_reasons_total")}
+    reason_metric = "fleetscope_ena_reset_reasons_total"
+    reasons = {dict(labels)["reason"] for name, labels in samples(families) if name == reason_metric}
+    assert reasons == {key for key, spec in ENA_TABLE.specs.items() if spec.name == reason_metric}
 
 
 def test_older_driver_leaves_missing_statistics_absent_not_zero() -> None:

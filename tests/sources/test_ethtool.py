@@ -76,7 +76,8 @@ def test_kernel_struct_sizes_match_the_uapi_header() -> None:
 ENA_SAMPLE: list[tuple[str, int]] = [
     ("total_resets", 0), ("reset_fail", 0), ("tx_timeout", 0), ("wd_expired", 0), ("admin_q_pause", 0),
     ("interface_down", 0), ("interface_up", 1),
-    ("bw_in_allowance_exceeded", 3241329), ("bw_out_allowance_exceeded", 530), ("pps_allowance_exceeded", 784),
+    ("bw_in_allowance_exceeded", 3241329), ("bw_out_allowance_exceeded", 530),
+    ("pps_allowance_exceeded", 784),
     ("conntrack_allowance_exceeded", 0), ("linklocal_allowance_exceeded", 0),
     ("conntrack_allowance_available", 615471),
     ("ena_srd_mode", 0), ("ena_srd_tx_pkts", 0), ("ena_srd_eligible_tx_pkts", 0), ("ena_srd_rx_pkts", 0),
@@ -89,7 +90,8 @@ def queue_stats(queues: int) -> list[tuple[str, int]]:
     """Per-queue ENA statistics; their number follows the queue count, which is what changes at runtime."""
     out: list[tuple[str, int]] = [("num_of_active_io_queues", queues)]
     for q in range(queues):
-        out += [(f"queue_{q}_tx_cnt", 1000 + q), (f"queue_{q}_tx_bytes", 2**40 + q), (f"queue_{q}_rx_cnt", 7 * q)]
+        out += [(f"queue_{q}_tx_cnt", 1000 + q), (f"queue_{q}_tx_bytes", 2**40 + q)]
+        out.append((f"queue_{q}_rx_cnt", 7 * q))
     return out
 
 
@@ -116,7 +118,7 @@ class FakeKernel:
 
     devices: dict[str, FakeDevice]
     checks_count: bool = True
-    after_request: Callable[[FakeKernel, str, int], None] | None = None
+    after_request: Callable[[FakeKernel, str, int], None] | None = None  # runs after each answered request
     calls: list[tuple[str, int]] = field(default_factory=list)
 
     def __call__(self, device: str, request: bytearray) -> None:
@@ -150,7 +152,8 @@ class FakeKernel:
     def _drvinfo(self, dev: FakeDevice, request: bytearray) -> None:
         self._fit(request, ctypes.sizeof(EthtoolDrvinfo))
         info = EthtoolDrvinfo.from_buffer(request)
-        info.driver, info.version, info.bus_info = dev.driver.encode(), dev.version.encode(), dev.bus_info.encode()
+        info.driver, info.version = dev.driver.encode(), dev.version.encode()
+        info.bus_info = dev.bus_info.encode()
         info.n_stats = len(dev.stats)
 
     def _sset_info(self, dev: FakeDevice, request: bytearray) -> None:
@@ -226,11 +229,15 @@ def test_device_without_statistics_gives_empty_mapping() -> None:
 
 
 def test_repeated_name_keeps_its_first_value() -> None:
-    kernel = FakeKernel({"eth0": FakeDevice("ena", [("tx_timeout", 3), ("tx_timeout", 9), ("wd_expired", 1)])})
+    repeated = [("tx_timeout", 3), ("tx_timeout", 9), ("wd_expired", 1)]
+    kernel = FakeKernel({"eth0": FakeDevice("ena", repeated)})
     assert read_stats(kernel, "eth0") == {"tx_timeout": 3, "wd_expired": 1}
 
 
-def reconfigure_after(step: int, device: str, new_stats: list[tuple[str, int]]) -> Callable[[FakeKernel, str, int], None]:
+Hook = Callable[[FakeKernel, str, int], None]
+
+
+def reconfigure_after(step: int, device: str, new_stats: list[tuple[str, int]]) -> Hook:
     """A hook that swaps the device's statistics right after its ``step``-th request (1-based)."""
 
     def hook(kernel: FakeKernel, dev: str, cmd: int) -> None:
@@ -308,7 +315,8 @@ def make_netdev(sysfs: str, name: str, driver: str | None, bus: str = "") -> Non
         os.symlink(os.path.relpath(drvdir, pci), os.path.join(pci, "driver"))
         os.symlink(os.path.relpath(pci, netdir), os.path.join(netdir, "device"))
     os.makedirs(netdir, exist_ok=True)
-    os.symlink(os.path.relpath(netdir, os.path.join(sysfs, "class", "net")), os.path.join(sysfs, "class", "net", name))
+    class_net = os.path.join(sysfs, "class", "net")
+    os.symlink(os.path.relpath(netdir, class_net), os.path.join(class_net, name))
 
 
 @pytest.fixture
@@ -402,7 +410,8 @@ with SocketIoctl() as real:
         cmd = struct.unpack_from("=I", request)[0]
         real(device, request)
         calls.append([device, cmd])
-        if reconfigure and device == sys.argv[1] and cmd == 0x37 and [c for c in calls if c == [device, 0x37]] == [[device, 0x37]]:
+        first_count_query = cmd == 0x37 and calls.count([device, 0x37]) == 1
+        if reconfigure and device == sys.argv[1] and first_count_query:
             channels = bytearray(36)
             struct.pack_into("=I", channels, 0, 0x3c)
             real(device, channels)
@@ -452,7 +461,8 @@ def in_netns(ns: str, *argv: str, env: dict[str, str] | None = None) -> str:
 
 
 def read_in_netns(ns: str, reconfigure: int = 0) -> dict:
-    out = in_netns(ns, sys.executable, "-c", NETNS_SCRIPT, VETH_A, VETH_B, env={"RECONFIGURE": str(reconfigure)})
+    env = {"RECONFIGURE": str(reconfigure)}
+    out = in_netns(ns, sys.executable, "-c", NETNS_SCRIPT, VETH_A, VETH_B, env=env)
     return json.loads(out)
 
 
@@ -485,5 +495,6 @@ def test_real_channel_change_between_ioctls_is_retried(netns: str) -> None:
     assert a_calls.count(GSSET_INFO) == 2, a_calls  # the first pass met a changed count
     assert len(stats) < len(before)
     assert rx_queues(netns, VETH_A) == 2
-    assert sorted(n for n in stats if n.endswith("_xdp_packets")) == ["rx_queue_0_xdp_packets", "rx_queue_1_xdp_packets"]
+    per_queue = sorted(n for n in stats if n.endswith("_xdp_packets"))
+    assert per_queue == ["rx_queue_0_xdp_packets", "rx_queue_1_xdp_packets"]
     assert len(stats) == result["n_stats"][VETH_A]

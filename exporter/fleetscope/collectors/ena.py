@@ -45,18 +45,19 @@ def _reset_reason(raw: str) -> tuple[str, MetricSpec]:
 
 ENA_TABLE = table(
     "ena",
-    "ENA driver statistics per interface, read with the SIOCETHTOOL ioctl (the values `ethtool -S` shows). "
-    "Allowance counters need driver 2.2.10+, `conntrack_allowance_available` needs the device's customer-metrics "
-    "capability (driver 2.8.1+); absent on older drivers, never 0.",
+    "ENA driver statistics per interface, read with the SIOCETHTOOL ioctl (the values `ethtool -S` "
+    "shows). Allowance counters need driver 2.2.10+, `conntrack_allowance_available` needs the "
+    "device's customer-metrics capability (driver 2.8.1+); absent on older drivers, never 0.",
     [
         _allowance("bw_in_allowance_exceeded", "inbound aggregate bandwidth allowance"),
         _allowance("bw_out_allowance_exceeded", "outbound aggregate bandwidth allowance"),
         _allowance("pps_allowance_exceeded", "bidirectional packets-per-second allowance"),
         _allowance("conntrack_allowance_exceeded", "connection-tracking allowance (new connections fail)"),
-        _allowance("linklocal_allowance_exceeded", "packet-rate allowance to link-local services (DNS, IMDS, time sync)"),
+        _allowance("linklocal_allowance_exceeded", "link-local packet-rate allowance (DNS, IMDS, time sync)"),
         ("conntrack_allowance_available", MetricSpec(
             "fleetscope_ena_conntrack_allowance_available", "gauge",
-            "Tracked connections that can still be established before the connection-tracking allowance is reached.",
+            "Tracked connections that can still be established before the connection-tracking "
+            "allowance is reached.",
             _DEVICE, unit="connections", raw="conntrack_allowance_available")),
         ("tx_timeout", MetricSpec(
             "fleetscope_ena_tx_timeouts_total", "counter",
@@ -102,9 +103,9 @@ class EnaCollector:
         self._reader = reader if reader is not None else self._read_host
 
     def _read_host(self) -> EthtoolReading:
-        return read_with_socket(
-            Root(self._config.path.sysfs), ENA_DRIVERS, self._config.net.device_include, self._config.net.device_exclude
-        )
+        net = self._config.net
+        root = Root(self._config.path.sysfs)
+        return read_with_socket(root, ENA_DRIVERS, net.device_include, net.device_exclude)
 
     def read(self) -> EthtoolReading:
         """Statistics of every selected ENA interface; :class:`NoHardware` when there is none."""

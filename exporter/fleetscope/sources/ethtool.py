@@ -205,7 +205,7 @@ def stats_count(ioctl: EthtoolIoctl, device: str) -> int:
     _, _, mask = struct.unpack_from(SSET_INFO_HEADER, request)
     if not mask & (1 << ETH_SS_STATS):
         return 0  # the driver has no statistics string set
-    (count,) = struct.unpack_from("=I", request, struct.calcsize(SSET_INFO_HEADER))
+    count: int = struct.unpack_from("=I", request, struct.calcsize(SSET_INFO_HEADER))[0]
     return count
 
 
@@ -219,9 +219,8 @@ def stats_names(ioctl: EthtoolIoctl, device: str, count: int) -> tuple[str, ...]
     if returned != count:
         # Newer kernels answer 0 on a mismatch, older ones their own count.
         raise CountChanged(f"asked for {count} names, kernel has {returned}")
-    return tuple(
-        _c_string(request[header + i * ETH_GSTRING_LEN: header + (i + 1) * ETH_GSTRING_LEN]) for i in range(count)
-    )
+    raw = bytes(request[header: header + count * ETH_GSTRING_LEN])
+    return tuple(_c_string(raw[i * ETH_GSTRING_LEN: (i + 1) * ETH_GSTRING_LEN]) for i in range(count))
 
 
 def stats_values(ioctl: EthtoolIoctl, device: str, count: int) -> tuple[int, ...]:
@@ -256,7 +255,7 @@ def read_stats(ioctl: EthtoolIoctl, device: str, attempts: int = DEFAULT_ATTEMPT
         except OSError as exc:
             raise EthtoolError(device, exc.strerror or str(exc), exc.errno) from None
         stats: dict[str, int] = {}
-        for name, value in zip(names, values):
+        for name, value in zip(names, values, strict=True):
             stats.setdefault(name, value)  # a repeated name keeps its first value
         return stats
     raise EthtoolError(device, f"statistics count kept changing ({last})")
