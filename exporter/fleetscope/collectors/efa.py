@@ -1,0 +1,117 @@
+"""EFA collector: per-port and per-device counters of every EFA device, and its health findings."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from prometheus_client.core import Metric
+
+from fleetscope.config import Config
+from fleetscope.errors import NoHardware
+from fleetscope.families import FamilyBuilder
+from fleetscope.health import Finding
+from fleetscope.sources.efa import (
+    DEVICE_COUNTERS,
+    EFA_TABLE,
+    PORT_COUNTERS,
+    VERBS_ERRORS,
+    EfaReading,
+    read_efa,
+)
+from fleetscope.sources.fs import Root
+
+ACTIVE = "ACTIVE"
+
+
+def _in_table_order(values: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Known counters in the table's order, then unknown ones by name: a stable, readable exposition."""
+    order = {key: index for index, key in enumerate(EFA_TABLE.specs)}
+    return sorted(values.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
+
+
+def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
+    """Map one reading to metric families (pure: no file access)."""
+    builder = FamilyBuilder()
+    builder.add(EFA_TABLE["devices"], (), len(reading.devices))
+    if expected_count:
+        builder.add(EFA_TABLE["expected_devices"], (), expected_count)
+    for device in reading.devices:
+        first_port = device.ports[0] if device.ports else None
+        builder.add_info(EFA_TABLE["info"], (device.name,), {
+            "pci_address": device.pci_address,
+            "pci_device_id": device.pci_device_id,
+            "numa_node": "" if device.numa_node is None else str(device.numa_node),
+            "node_guid": device.node_guid,
+            "fw_version": device.fw_version,
+            "link_layer": (first_port.link_layer or "") if first_port else "",
+        })
+        for raw, value in _in_table_order(device.counters.values):
+            spec = EFA_TABLE.get(raw) if raw in DEVICE_COUNTERS else None
+            if spec is VERBS_ERRORS:
+                builder.add(VERBS_ERRORS, (device.name, raw.removesuffix("_err")), value)
+            elif spec is not None:
+                builder.add(spec, (device.name,), value)
+            else:
+                builder.add(EFA_TABLE["device_counter"], (device.name, raw), value)
+        builder.add(EFA_TABLE["lifespan"], (device.name, "device"), device.counters.lifespan_ms)
+        for port in device.ports:
+            port_labels = (device.name, str(port.number))
+            builder.add(EFA_TABLE["rate"], port_labels, port.rate_bytes_per_second)
+            builder.add(EFA_TABLE["lifespan"], (device.name, f"port{port.number}"), port.counters.lifespan_ms)
+            for raw, value in _in_table_order(port.counters.values):
+                if raw in PORT_COUNTERS:
+                    builder.add(EFA_TABLE[raw], port_labels, value)
+                else:
+                    builder.add(EFA_TABLE["port_counter"], (*port_labels, raw), value)
+    return builder.families()
+
+
+def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
+    """Health findings for ``fleetscope check`` (pure: no file access).
+
+    EFA hard-codes its port state to ACTIVE, so a port that is not ACTIVE means
+    the device is not working at all; a device whose counters cannot be read
+    cannot be watched.
+    """
+    findings: list[Finding] = []
+    found = len(reading.devices)
+    if expected_count and found < expected_count:
+        findings.append(Finding("efa", "unhealthy", "node", f"{found} EFA devices found, {expected_count} expected"))
+    for device in reading.devices:
+        subject = f"efa {device.name}"
+        sets = [device.counters, *(port.counters for port in device.ports)]
+        if not any(s.present for s in sets):
+            findings.append(Finding(
+                "efa", "unknown", subject,
+                "no hw_counters directory (is fleetscope running in the host network namespace?)",
+            ))
+        elif not any(s.values for s in sets):
+            unreadable = sum(len(s.unreadable) for s in sets)
+            findings.append(Finding("efa", "unhealthy", subject, f"none of its {unreadable} counters could be read"))
+        if not device.ports:
+            findings.append(Finding("efa", "unhealthy", subject, "has no ports"))
+        for port in device.ports:
+            if port.state is None:
+                findings.append(Finding("efa", "unknown", subject, f"port {port.number} state could not be read"))
+            elif port.state != ACTIVE:
+                findings.append(Finding("efa", "unhealthy", subject, f"port {port.number} is {port.state}, not ACTIVE"))
+    return findings
+
+
+class EfaCollector:
+    name = "efa"
+    tables = (EFA_TABLE,)
+
+    def __init__(self, config: Config) -> None:
+        self.sysfs = Root(config.path.sysfs)
+        self.expected_count = config.efa.expected_count
+
+    def collect(self) -> list[Metric]:
+        reading = read_efa(self.sysfs)
+        if not reading.devices and not self.expected_count:
+            # with an expected count, zero devices is a finding to export, not an absence
+            raise NoHardware(f"no EFA devices among {reading.rdma_devices} RDMA devices")
+        return efa_families(reading, self.expected_count)
+
+    def health(self) -> list[Finding]:
+        return efa_findings(read_efa(self.sysfs), self.expected_count)

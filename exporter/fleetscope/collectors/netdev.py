@@ -1,0 +1,63 @@
+"""NIC collector: per-interface counters, state, speed and MTU, and the "physical link down" finding."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import Metric
+
+from fleetscope.config import Config
+from fleetscope.errors import NoHardware
+from fleetscope.families import FamilyBuilder
+from fleetscope.health import Finding
+from fleetscope.sources.fs import Root
+from fleetscope.sources.netdev import NETDEV_TABLE, STATISTICS, NetInterface, read_netdev
+
+
+def netdev_families(interfaces: Iterable[NetInterface]) -> list[Metric]:
+    """Map interfaces to metric families (pure: no file access)."""
+    builder = FamilyBuilder()
+    for interface in interfaces:
+        labels = (interface.name,)
+        for stat in STATISTICS:
+            builder.add(NETDEV_TABLE[stat], labels, interface.stats.get(stat))
+        builder.add(NETDEV_TABLE["carrier_changes"], labels, interface.carrier_changes)
+        if interface.operstate is not None:
+            builder.add(NETDEV_TABLE["up"], labels, 1 if interface.up else 0)
+        builder.add(NETDEV_TABLE["speed"], labels, interface.speed_mbps)
+        builder.add(NETDEV_TABLE["mtu"], labels, interface.mtu)
+        builder.add_info(NETDEV_TABLE["info"], labels, {
+            "operstate": interface.operstate or "", "address": interface.address, "driver": interface.driver,
+        })
+    return builder.families()
+
+
+def netdev_findings(interfaces: Iterable[NetInterface]) -> list[Finding]:
+    """A physical interface that is reported (not excluded) but not up is unhealthy."""
+    return [
+        Finding("netdev", "unhealthy", f"nic {i.name}", f"physical interface is {i.operstate or 'in an unknown state'}")
+        for i in interfaces
+        if i.physical and not i.up
+    ]
+
+
+class NetdevCollector:
+    name = "netdev"
+    tables = (NETDEV_TABLE,)
+
+    def __init__(self, config: Config) -> None:
+        self.sysfs = Root(config.path.sysfs)
+        self.include = config.net.device_include
+        self.exclude = config.net.device_exclude
+
+    def _read(self) -> tuple[NetInterface, ...]:
+        return read_netdev(self.sysfs, self.include, self.exclude)
+
+    def collect(self) -> list[Metric]:
+        interfaces = self._read()
+        if not interfaces:
+            raise NoHardware("no network interfaces selected under class/net")
+        return netdev_families(interfaces)
+
+    def health(self) -> list[Finding]:
+        return netdev_findings(self._read())
