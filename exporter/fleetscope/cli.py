@@ -23,7 +23,11 @@ from fleetscope.config import Config, ConfigError, load, settings_table
 
 # Subcommands beyond the core ones, as import strings of ``register(subparsers)``
 # functions, so their (heavier) modules load only when the CLI is built.
-EXTRA_COMMANDS: dict[str, str] = {}
+EXTRA_COMMANDS: dict[str, str] = {
+    "simulate": "fleetscope.sim.cli:register_simulate",
+    "demo": "fleetscope.sim.cli:register_demo",
+    "simulate-node": "fleetscope.sim.cli:register_node",
+}
 
 EXIT_CONFIG = 3
 

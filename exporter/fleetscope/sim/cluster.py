@@ -1,0 +1,264 @@
+"""The simulated cluster: node models, their daemons (one process each), jobs pushing steps, faults.
+
+:class:`SimCluster` owns everything it starts and stops it again; the tick
+loop runs in the caller's thread (or a thread the caller makes) and never
+raises on a failed push or a dead node process: a simulator that crashes on
+a fault would be a poor way to test fault detection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from fleetscope.sim.faults import Fault
+from fleetscope.sim.node import Load, NodeModel
+from fleetscope.sim.profiles import NodeProfile, profile
+from fleetscope.sim.training import JobModel, JobSpec
+from fleetscope.sim.tree import NodePaths, TreeWriter
+
+logger = logging.getLogger("fleetscope.sim")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    profile: NodeProfile
+    port: int
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    nodes: tuple[NodeSpec, ...]
+    jobs: tuple[JobSpec, ...]
+    faults: tuple[Fault, ...] = ()
+    host: str = "127.0.0.1"
+    tick: float = 1.0  # seconds between model updates
+    collector_interval: float = 2.5  # the node daemons' background collection interval
+    seed: int = 1
+
+    def node(self, name: str) -> NodeSpec:
+        for spec in self.nodes:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def validate(self) -> None:
+        """Refuse a schedule that names nodes, jobs, GPUs or devices the cluster does not have."""
+        names = {n.name for n in self.nodes}
+        jobs = {j.name: j for j in self.jobs}
+        for job in self.jobs:
+            unknown = set(job.nodes) - names
+            if unknown:
+                raise ValueError(f"job {job.name} runs on unknown nodes {sorted(unknown)}")
+        for fault in self.faults:
+            if fault.node is not None:
+                if fault.node not in names:
+                    raise ValueError(f"{fault.label()}: no node {fault.node}")
+                node = self.node(fault.node)
+                if fault.gpu is not None and not 0 <= fault.gpu < node.profile.gpu_count:
+                    raise ValueError(f"{fault.label()}: {fault.node} has no GPU {fault.gpu}")
+                if fault.device is not None and fault.device not in (
+                        node.profile.efa_devices + node.profile.ena_interfaces):
+                    raise ValueError(f"{fault.label()}: {fault.node} has no device {fault.device}")
+            if fault.job is not None:
+                if fault.job not in jobs:
+                    raise ValueError(f"{fault.label()}: no job {fault.job}")
+                if fault.rank is not None and not 0 <= fault.rank < jobs[fault.job].world_size:
+                    raise ValueError(f"{fault.label()}: {fault.job} has no rank {fault.rank}")
+
+
+def make_cluster(
+    nodes: int = 8,
+    jobs: int = 2,
+    base_port: int = 9500,
+    profiles: Sequence[str] = ("p5.48xlarge", "p4d.24xlarge"),
+    faults: Sequence[Fault] = (),
+    step_seconds: float = 2.0,
+    **kwargs: Any,
+) -> ClusterSpec:
+    """``nodes`` nodes named node-00..., profiles alternating, split evenly into ``jobs`` jobs (job-a, job-b...)."""
+    if nodes < 1 or jobs < 1 or jobs > nodes:
+        raise ValueError("need at least one node per job")
+    node_specs = tuple(
+        NodeSpec(f"node-{i:02d}", profile(profiles[i % len(profiles)]), base_port + i) for i in range(nodes)
+    )
+    per_job = nodes // jobs
+    job_specs = []
+    for j in range(jobs):
+        members = node_specs[j * per_job:(j + 1) * per_job if j < jobs - 1 else nodes]
+        job_specs.append(JobSpec(f"job-{chr(ord('a') + j)}", tuple(n.name for n in members),
+                                 step_seconds=step_seconds * (1 + 0.1 * j)))
+    spec = ClusterSpec(node_specs, tuple(job_specs), tuple(faults), **kwargs)
+    spec.validate()
+    return spec
+
+
+@dataclass
+class SimNode:
+    spec: NodeSpec
+    model: NodeModel
+    writer: TreeWriter
+    process: subprocess.Popen[bytes] | None = None
+    log_path: str = ""
+
+    @property
+    def paths(self) -> NodePaths:
+        return self.writer.paths
+
+
+Pusher = Callable[[SimNode, list[dict[str, Any]]], None]
+
+
+@dataclass
+class SimCluster:
+    spec: ClusterSpec
+    workdir: str
+    pusher: Pusher | None = None  # default: HTTP to the node's push API
+    nodes: dict[str, SimNode] = field(default_factory=dict)
+    jobs: list[JobModel] = field(default_factory=list)
+    started_at: float = 0.0  # Unix time of simulation time 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Create every node's model and tree (no processes yet)."""
+        self.spec.validate()
+        for i, node_spec in enumerate(self.spec.nodes):
+            model = NodeModel(node_spec.name, i, node_spec.profile, seed=self.spec.seed * 1000 + i)
+            writer = TreeWriter(model, NodePaths(os.path.join(self.workdir, node_spec.name)))
+            writer.setup()
+            self.nodes[node_spec.name] = SimNode(node_spec, model, writer)
+        self.jobs = [JobModel(spec, seed=self.spec.seed * 7919 + j) for j, spec in enumerate(self.spec.jobs)]
+
+    def start(self, ready_timeout: float = 90.0) -> None:
+        """Build, start one daemon process per node and wait until each answers /readyz."""
+        if not self.nodes:
+            self.build()
+        self.started_at = time.time()
+        for node in self.nodes.values():
+            node.log_path = os.path.join(self.workdir, f"{node.spec.name}.log")
+            with open(node.log_path, "ab") as log:
+                node.process = subprocess.Popen(
+                    [sys.executable, "-m", "fleetscope", "simulate-node", "--root", node.paths.root,
+                     "--listen", f"{self.spec.host}:{node.spec.port}",
+                     "--interval", str(self.spec.collector_interval)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                )
+        self.wait_ready(ready_timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        pending = set(self.nodes)
+        while pending:
+            for name in sorted(pending):
+                node = self.nodes[name]
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {node.process.returncode}; see {node.log_path}")
+                try:
+                    if httpx.get(self.url(name) + "/readyz", timeout=2.0).status_code == 200:
+                        pending.discard(name)
+                except httpx.HTTPError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"nodes not ready after {timeout}s: {sorted(pending)}")
+            if pending:
+                time.sleep(0.3)
+
+    def url(self, node: str) -> str:
+        return f"http://{self.spec.host}:{self.spec.node(node).port}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+        for node in self.nodes.values():
+            if node.process is not None and node.process.poll() is None:
+                node.process.terminate()
+        for node in self.nodes.values():
+            if node.process is not None:
+                try:
+                    node.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+                    node.process.wait()
+
+    def __enter__(self) -> SimCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        return time.time() - self.started_at
+
+    def tick(self, elapsed: float, dt: float) -> None:
+        """Advance the whole cluster to simulation time ``elapsed``."""
+        faults = list(self.spec.faults)
+        loads: dict[str, Load] = defaultdict(Load)
+        per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for job in self.jobs:
+            for state, record in job.advance(elapsed, self.started_at, faults):
+                per_node[state.node].append(record)
+            busy = job.busy()
+            for state in job.ranks:
+                load = loads[state.node]
+                load.gpu_busy[state.local_rank] = busy if state.alive else 0.0
+                load.network = max(load.network, busy)
+        for name, node in self.nodes.items():
+            node.model.tick(dt, elapsed, loads[name], faults)
+            try:
+                node.writer.update()
+            except OSError as exc:
+                logger.error("%s: could not write its tree: %s", name, exc)
+        for name, records in per_node.items():
+            if records:
+                self._push(self.nodes[name], records)
+
+    def _push(self, node: SimNode, records: list[dict[str, Any]]) -> None:
+        if self.pusher is not None:
+            self.pusher(node, records)
+            return
+        import httpx
+
+        client = self._clients.get(node.spec.name)
+        if client is None:
+            client = self._clients[node.spec.name] = httpx.Client(base_url=self.url(node.spec.name), timeout=2.0)
+        try:
+            client.post("/api/v1/steps", json=records).raise_for_status()
+        except httpx.HTTPError as exc:
+            logger.warning("%s: push of %d records failed: %s", node.spec.name, len(records), exc)
+
+    def run(self, duration: float | None = None, on_tick: Callable[[float], None] | None = None) -> None:
+        """Tick in real time until ``duration`` seconds of simulation time or :meth:`stop`."""
+        last = self.elapsed
+        while not self._stop.is_set():
+            now = self.elapsed
+            if duration is not None and now >= duration:
+                break
+            self.tick(now, max(0.0, now - last))
+            last = now
+            if on_tick is not None:
+                on_tick(now)
+            self._stop.wait(max(0.0, self.spec.tick - (self.elapsed - now)))
+
+    def run_in_thread(self, duration: float | None = None) -> threading.Thread:
+        thread = threading.Thread(target=self.run, args=(duration,), name="sim-ticks", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,124 @@
+"""Feed a node process's NVML fake from the simulator's ``gpu.json``.
+
+The simulator (another process) owns the GPU model; this side turns each new
+state file into the fake's units (mW, mJ, MHz, ns, percent), delivers newly
+logged Xids as NVML events and marks lost GPUs lost, so the real GPU
+collector and the real ``pynvml`` binding see a moving, faulting node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+from fleetscope.sim.tree import NodePaths
+
+logger = logging.getLogger("fleetscope.sim.gpu")
+
+PCI_DEVICE_IDS = {"hopper": 0x233010DE, "ampere": 0x20B010DE}
+
+
+class GpuFeed:
+    """Owns one installed :class:`~fleetscope.nvml_fake.FakeNvml` and keeps it in step with ``gpu.json``."""
+
+    def __init__(self, paths: NodePaths, poll: float = 0.5) -> None:
+        self.paths = paths
+        self.poll = poll
+        self.fake: Any = None
+        self._mtime = 0.0
+        self._xids_seen: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            mtime = os.stat(self.paths.gpu_state).st_mtime
+            if mtime == self._mtime:
+                return None
+            with open(self.paths.gpu_state, encoding="utf-8") as handle:
+                data = json.load(handle)
+            self._mtime = mtime
+            return data
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot read %s: %s", self.paths.gpu_state, exc)
+            return None
+
+    def install(self) -> Any:
+        """Build the fake from the current state file and install it as ``pynvml``'s library."""
+        from fleetscope.nvml_fake import FakeGpu, FakeNvml, install, write_sysfs
+
+        state = self._read()
+        if state is None:
+            raise FileNotFoundError(self.paths.gpu_state)
+        arch = state["architecture"]
+        gpus = []
+        for g in state["gpus"]:
+            domain, bus, rest = g["bus_id"].split(":")
+            max_clocks = {"sm": state["sm_clock_max_mhz"], "graphics": state["sm_clock_max_mhz"],
+                          "memory": state["mem_clock_max_mhz"]}
+            gpus.append(FakeGpu(
+                index=g["index"], name=state["name"], uuid=g["uuid"], serial=g["serial"],
+                pci_domain=int(domain, 16), pci_bus=int(bus, 16), pci_device=int(rest.split(".")[0], 16),
+                pci_device_id=PCI_DEVICE_IDS.get(arch, 0x233010DE), architecture=arch,
+                memory_total=state["memory_total_bytes"], slowdown_temperature=state["slowdown_temp_c"],
+                shutdown_temperature=state["shutdown_temp_c"], power_limit_mw=int(state["power_limit_w"] * 1000),
+                max_clocks_mhz=max_clocks, clocks_mhz=dict(max_clocks),
+                gpm=None if arch != "hopper" else {"sm_active": 0.0, "sm_occupancy": 0.0, "tensor_active": 0.0,
+                                                   "dram_active": 0.0},
+            ))
+        self.fake = FakeNvml(gpus, name="fleetscope-sim")
+        install(self.fake)
+        write_sysfs(self.fake, self.paths.sysfs)
+        self._apply(state)
+        return self.fake
+
+    def _apply(self, state: dict[str, Any]) -> None:
+        for g in state["gpus"]:
+            gpu = self.fake.gpu(g["index"])
+            busy = g["utilization"]
+            gpu.set(
+                utilization_gpu=int(round(busy * 100)), utilization_memory=int(round(g["memory_utilization"] * 100)),
+                memory_used=g["memory_used_bytes"], temperature=int(round(g["temperature_c"])),
+                memory_temperature=int(round(g["memory_temperature_c"])), power_mw=int(g["power_w"] * 1000),
+                energy_mj=int(g["energy_j"] * 1000),
+                clocks_mhz={"sm": int(g["sm_clock_mhz"]), "graphics": int(g["sm_clock_mhz"]),
+                            "memory": int(g["mem_clock_mhz"])},
+                throttle_ns={r: int(s * 1e9) for r, s in g["throttle_seconds"].items() if r in gpu.throttle_ns},
+                ecc={"corrected_volatile": g["ecc_corrected"], "uncorrected_volatile": g["ecc_uncorrected"],
+                     "corrected_aggregate": g["ecc_corrected"], "uncorrected_aggregate": g["ecc_uncorrected"]},
+                remapped_rows={"correctable": g["remapped_correctable"], "uncorrectable": g["remapped_uncorrectable"],
+                               "pending": int(g["remap_pending"]), "failure": int(g["remap_failed"])},
+                pcie_replays=g["pcie_replays"],
+                performance_state=0 if busy > 0.05 else 8,
+                processes=[(40000 + g["index"], g["memory_used_bytes"])] if busy > 0.05 else [],
+            )
+            if gpu.gpm is not None:
+                gpu.set(gpm={"sm_active": 0.9 * busy, "sm_occupancy": 0.4 * busy, "tensor_active": 0.55 * busy,
+                             "dram_active": 0.5 * busy})
+            gpu.throttle(*g["throttle"])
+            seen = self._xids_seen.get(g["index"], 0)
+            for xid in g["xids"][seen:]:
+                self.fake.inject_xid(g["index"], xid)
+            self._xids_seen[g["index"]] = len(g["xids"])
+            if g["lost"] and not gpu.lost:
+                self.fake.lose(g["index"])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sim-gpu-feed", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll):
+            state = self._read()
+            if state is None:
+                continue
+            try:
+                self._apply(state)
+            except (KeyError, TypeError, ValueError) as exc:
+                logger.warning("bad GPU state in %s: %s", self.paths.gpu_state, exc)
