@@ -27,6 +27,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "simulate": "fleetscope.sim.cli:register_simulate",
     "demo": "fleetscope.sim.cli:register_demo",
     "simulate-node": "fleetscope.sim.cli:register_node",
+    "rules": "fleetscope.rules.cli:register",
 }
 
 EXIT_CONFIG = 3

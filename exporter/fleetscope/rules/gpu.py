@@ -1,0 +1,186 @@
+"""GPU rules: Xids by catalog action, lost or missing GPUs, memory errors, throttling, links, clocks."""
+
+from __future__ import annotations
+
+from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.settings import Settings
+
+GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"
+NODE_UTILIZATION = "instance:fleetscope_gpu_utilization_ratio:avg"
+
+# NVIDIA Xid catalog immediate-action classes (matched case-insensitively). Classes not
+# listed here and not harmless (IGNORE, WORKFLOW_XID_45: a secondary report) need inspection.
+XID_CLASSES: tuple[tuple[str, str, str, str], ...] = (
+    ("GpuXidResetRequired", "critical", "RESET_GPU|WORKFLOW_XID_48",
+     "The GPU must be reset (or the node drained and the GPU reset) before it runs work again."),
+    ("GpuXidRebootRequired", "critical", "RESTART_BM|RESTART_VM",
+     "The node must be rebooted; drain it first."),
+    ("GpuXidNvlinkError", "critical", "WORKFLOW_NVLINK_ERR|WORKFLOW_NVLINK5_ERR",
+     "An NVLink fault: drain the node, check NVLink state and the NVSwitch logs, then reset the GPUs."),
+    ("GpuXidApplicationError", "info", "RESTART_APP",
+     "The application on this GPU faulted and must be restarted; the GPU itself is usually healthy."),
+)
+HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
+
+
+def throttle_rate(s: Settings) -> str:
+    return f"instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate{s.rate_window}"
+
+
+def recording_rules(s: Settings) -> Group:
+    sm_clock = sel(s, "fleetscope_gpu_clock_hertz", 'clock="sm"')
+    return Group("fleetscope-gpu.rules", (
+        Record(throttle_rate(s), f"rate({sel(s, 'fleetscope_gpu_throttle_seconds_total')}[{s.rate_window}])"),
+        Record(CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
+        Record(NODE_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, 'fleetscope_gpu_utilization_ratio')})"),
+    ))
+
+
+def new_or_increased(counter: str, window: str) -> str:
+    """Counter grew within ``window``, or the series is new (a first Xid creates its series at 1)."""
+    return f"increase({counter}[{window}]) > 0\nor\n({counter} unless {counter} offset {window})"
+
+
+def alert_rules(s: Settings) -> Group:
+    w = s.rate_window
+    alerts: list[Alert] = []
+    known = [HARMLESS_XID]
+    for name, severity, actions, advice in XID_CLASSES:
+        known.append(actions)
+        xid = sel(s, "fleetscope_gpu_xid_errors_total", f'action=~"(?i)({actions})"')
+        alerts.append(Alert(
+            name, new_or_increased(xid, s.xid_window), severity,  # type: ignore[arg-type]
+            "A GPU reported an Xid whose catalog action is " + actions.split("|")[0] + ".",
+            f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
+            f"{s.xid_window}. {advice}",
+        ))
+    inspect = sel(s, "fleetscope_gpu_xid_errors_total", f'action!~"(?i)({"|".join(known)})"')
+    alerts.append(Alert(
+        "GpuXidNeedsInspection", new_or_increased(inspect, s.xid_window), "critical",
+        "A GPU reported an Xid that needs hardware inspection or a vendor case.",
+        f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
+        f"{s.xid_window}. Drain the node and follow the catalog action (mechanics, firmware, UVM or support).",
+    ))
+    nvml, pci, expected = (sel(s, f"fleetscope_gpu_{n}") for n in ("nvml_devices", "pci_devices", "expected_devices"))
+    node_pci = sel(s, "fleetscope_gpu_pci_devices", 'instance="%s"')
+    node_expected = sel(s, "fleetscope_gpu_expected_devices", 'instance="%s"')
+    uncorrected = sel(s, "fleetscope_gpu_ecc_errors_total", 'error_type="uncorrected", counter_type="volatile"')
+    alerts += [
+        Alert(
+            "GpuLost", f"{sel(s, 'fleetscope_gpu_lost')} == 1", "critical",
+            "NVML lost a GPU.",
+            f"{GPU_LABELS} is lost to NVML (fallen off the bus or not responding). Drain and reboot the node.",
+            s.gpu_state_for,
+        ),
+        Alert(
+            "GpuMissing", f"{nvml} < {pci}\nor\n{nvml} < {expected}", "critical",
+            "A node has fewer usable GPUs than it should.",
+            "NVML sees {{ $value }} GPUs on {{ $labels.instance }}"
+            f"{{{{ with printf `{node_pci}` $labels.instance | query }}}}"
+            "; the PCI bus shows {{ . | first | value }}{{ end }}"
+            f"{{{{ with printf `{node_expected}` $labels.instance | query }}}}"
+            "; {{ . | first | value }} are expected{{ end }}.",
+            s.gpu_state_for,
+        ),
+        Alert(
+            "GpuRecoveryActionRequired", f"{sel(s, 'fleetscope_gpu_recovery_action')} > 0", "critical",
+            "The driver asks for a recovery action on a GPU.",
+            f"{GPU_LABELS} reports recovery action {{{{ $value }}}} (1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
+            s.gpu_state_for,
+        ),
+        Alert(
+            "GpuUncorrectableEccError",
+            f"increase({uncorrected}[{s.xid_window}]) > 0",
+            "critical",
+            "A GPU had uncorrectable ECC errors.",
+            f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
+        ),
+        Alert(
+            "GpuRowRemapFailed", f"{sel(s, 'fleetscope_gpu_row_remap_failed')} == 1", "critical",
+            "A GPU failed to remap a memory row.",
+            f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
+        ),
+        Alert(
+            "GpuRowRemapPending", f"{sel(s, 'fleetscope_gpu_row_remap_pending')} == 1", "warning",
+            "A GPU has a row remap pending until it is reset.",
+            f"{GPU_LABELS} has a pending row remap; it takes effect at the next GPU reset.",
+            s.gpu_state_for,
+        ),
+    ]
+    corrected = sel(s, "fleetscope_gpu_ecc_errors_total", 'error_type="corrected", counter_type="volatile"')
+    cw = s.ecc_corrected_window
+    alerts += [
+        Alert(
+            "GpuCorrectableEccAccelerating",
+            (
+                f"increase({corrected}[{cw}]) > {num(s.ecc_corrected_min_increase)}\n"
+                f"and\n"
+                f"increase({corrected}[{cw}]) > {num(s.ecc_corrected_growth)} * increase({corrected}[{cw}] offset {cw})"
+            ),
+            "warning",
+            "Correctable ECC errors on a GPU are accelerating.",
+            f"{GPU_LABELS} had {{{{ $value | humanize }}}} correctable ECC errors in the last {cw}, more than "
+            f"{num(s.ecc_corrected_growth)}x the {cw} before.",
+        ),
+        Alert(
+            "GpuThrottled",
+            f'{throttle_rate(s)}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} > {num(s.throttle_share)}',
+            "warning",
+            "A GPU is throttled by temperature, HW slowdown or power brake.",
+            f"{GPU_LABELS} spent {{{{ $value | humanizePercentage }}}} of the last {w} in clock event "
+            "{{ $labels.reason }}.",
+            s.throttle_for,
+        ),
+        Alert(
+            "GpuTemperatureNearSlowdown",
+            (
+                f"{sel(s, 'fleetscope_gpu_temperature_celsius')}\n"
+                f"  >=\n"
+                f"{sel(s, 'fleetscope_gpu_slowdown_temperature_celsius')} - {num(s.temperature_margin_celsius)}"
+            ),
+            "warning",
+            "A GPU runs close to its slowdown temperature.",
+            f"{GPU_LABELS} is at {{{{ $value }}}} C, within {num(s.temperature_margin_celsius)} C of its slowdown "
+            "temperature.",
+            s.temperature_for,
+        ),
+        Alert(
+            "GpuPcieReplaysHigh",
+            f"rate({sel(s, 'fleetscope_gpu_pcie_replays_total')}[{w}]) > {num(s.pcie_replays_per_second)}",
+            "warning",
+            "A GPU's PCIe link replays packets at a high rate.",
+            f"{GPU_LABELS} replays {{{{ printf \"%.2f\" $value }}}} PCIe packets per second "
+            f"(threshold {num(s.pcie_replays_per_second)}).",
+            s.pcie_for,
+        ),
+        Alert(
+            "GpuNvlinkErrors",
+            f"rate({sel(s, 'fleetscope_gpu_nvlink_errors_total')}[{w}]) > {num(s.nvlink_errors_per_second)}",
+            "warning",
+            "A GPU's NVLink reports errors.",
+            f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} counts {{{{ printf \"%.2f\" $value }}}} "
+            "{{ $labels.error }} errors per second.",
+            s.nvlink_for,
+        ),
+        Alert(
+            "GpuNvlinkDown", f"{sel(s, 'fleetscope_gpu_nvlink_up')} == 0", "critical",
+            "An NVLink of a GPU is down.",
+            f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} is down.",
+            s.nvlink_down_for,
+        ),
+        Alert(
+            "GpuSmClockBelowPeers",
+            (
+                f"{CLOCK_RATIO} < {num(s.clock_peer_ratio)}\n"
+                f"and on (instance, gpu)\n"
+                f"{sel(s, 'fleetscope_gpu_utilization_ratio')} > {num(s.clock_busy_ratio)}"
+            ),
+            "warning",
+            "A busy GPU's SM clock sits well below its peers on the node.",
+            f"{GPU_LABELS} runs its SM clock at {{{{ $value | humanizePercentage }}}} of the node's median while busy "
+            f"(threshold {num(s.clock_peer_ratio * 100)}%).",
+            s.clock_for,
+        ),
+    ]
+    return Group("fleetscope-gpu", tuple(alerts))

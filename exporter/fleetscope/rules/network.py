@@ -1,0 +1,138 @@
+"""EFA, ENA, TCP and interface rules.
+
+EFA ports always read ACTIVE/LinkUp, so EFA health comes only from counter
+growth (drops, retransmit timeouts, remote events, work-request errors).
+"""
+
+from __future__ import annotations
+
+from fleetscope.rules.model import Alert, Group, Record, indent, num, sel
+from fleetscope.rules.settings import Settings
+
+EFA_PORT = "EFA {{ $labels.device }} port {{ $labels.port }} on {{ $labels.instance }}"
+ENA_ALLOWANCES = ("bw_in", "bw_out", "pps", "conntrack", "linklocal")
+
+
+def efa_rate(s: Settings, counter: str) -> str:
+    return f"instance:fleetscope_efa_{counter}:rate{s.rate_window}"
+
+
+def tcp_ratio(s: Settings) -> str:
+    return f"instance:fleetscope_tcp_retransmitted_segments_per_out_segments:ratio_rate{s.rate_window}"
+
+
+def interface_ratio(s: Settings, what: str) -> str:
+    return f"instance_device:fleetscope_net_{what}_per_packets:ratio_rate{s.rate_window}"
+
+
+def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
+    """``or`` of expressions, each tagged with ``label`` = its name."""
+    return "\nor\n".join(
+        f'label_replace(\n  {indent(expr)},\n  "{label}", "{value}", "", ""\n)' for value, expr in pieces
+    )
+
+
+def recording_rules(s: Settings) -> Group:
+    w = s.rate_window
+    rules = [
+        Record(efa_rate(s, counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))")
+        for counter in ("retransmit_packets", "rx_bytes", "tx_bytes", "rx_drops")
+    ]
+    rules.append(Record(
+        tcp_ratio(s),
+        f"rate({sel(s, 'fleetscope_tcp_retransmitted_segments_total')}[{w}])\n  /\n"
+        f"rate({sel(s, 'fleetscope_tcp_out_segments_total')}[{w}])",
+    ))
+    for what in ("errors", "dropped"):
+        pieces = [
+            (direction, f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{w}])\n  /\n"
+                        f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{w}])")
+            for direction in ("receive", "transmit")
+        ]
+        rules.append(Record(interface_ratio(s, what), labelled_union(pieces, "direction")))
+    return Group("fleetscope-network.rules", tuple(rules))
+
+
+def alert_rules(s: Settings) -> Group:
+    w, ev = s.rate_window, s.efa_event_for
+
+    def efa_events(name: str, counter: str, summary: str, what: str) -> Alert:
+        return Alert(
+            name, f"increase({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]) > 0", "warning", summary,
+            f"{EFA_PORT} counted {{{{ $value | humanize }}}} {what} in the last {w}.", ev,
+        )
+
+    wr_errors = [
+        (op, f"increase({sel(s, f'fleetscope_efa_{op}_work_request_errors_total')}[{w}]) > 0")
+        for op in ("rdma_read", "rdma_write")
+    ]
+    admin = [
+        (kind, f"increase({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]) > 0")
+        for kind, counter in (("error", "admin_command_errors"), ("no_completion", "admin_commands_no_completion"))
+    ]
+    allowances = [
+        (kind, f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{w}]) > {num(s.ena_allowance_per_second)}")
+        for kind in ENA_ALLOWANCES
+    ]
+    alerts = [
+        Alert(
+            "EfaDevicesMissing",
+            f"{sel(s, 'fleetscope_efa_devices')} < {sel(s, 'fleetscope_efa_expected_devices')}",
+            "critical",
+            "A node has fewer EFA devices than expected.",
+            "{{ $labels.instance }} has {{ $value }} EFA devices"
+            f"{{{{ with printf `{sel(s, 'fleetscope_efa_expected_devices', 'instance=%q')}` $labels.instance | query }}}}"
+            ", {{ . | first | value }} expected{{ end }}.",
+            s.efa_missing_for,
+        ),
+        Alert(
+            "EfaRxDrops",
+            f"rate({sel(s, 'fleetscope_efa_rx_drops_total')}[{w}]) > {num(s.efa_rx_drops_per_second)}",
+            "warning",
+            "An EFA device drops received packets.",
+            f"{EFA_PORT} drops {{{{ printf \"%.1f\" $value }}}} received packets per second.",
+            ev,
+        ),
+        efa_events("EfaRetransmitTimeouts", "retransmit_timeout_events",
+                   "EFA SRD traffic hits retransmit timeouts and changes network path.", "SRD retransmit timeouts"),
+        efa_events("EfaImpairedRemoteConnections", "impaired_remote_connection_events",
+                   "EFA SRD connections enter the impaired (rate-limited) state.", "impaired remote connection events"),
+        efa_events("EfaUnresponsiveRemote", "unresponsive_remote_events",
+                   "EFA SRD remotes stop responding.", "unresponsive remote events"),
+        Alert(
+            "EfaRdmaWorkRequestErrors", labelled_union(wr_errors, "operation"), "warning",
+            "An EFA device completes RDMA work requests with errors.",
+            f"{EFA_PORT} had {{{{ $value | humanize }}}} {{{{ $labels.operation }}}} work-request errors in the last {w}.",
+            ev,
+        ),
+        Alert(
+            "EfaAdminCommandErrors", labelled_union(admin, "failure"), "warning",
+            "An EFA device fails admin commands.",
+            "EFA {{ $labels.device }} on {{ $labels.instance }} had {{ $value | humanize }} admin commands "
+            f"ending in {{{{ $labels.failure }}}} in the last {w}.",
+            ev,
+        ),
+        Alert(
+            "EnaAllowanceExceeded", labelled_union(allowances, "allowance"), "warning",
+            "An ENA interface exceeds an EC2 instance network allowance.",
+            "{{ $labels.device }} on {{ $labels.instance }} has {{ printf \"%.1f\" $value }} packets per second "
+            "shaped by the {{ $labels.allowance }} allowance.",
+            s.ena_for,
+        ),
+        Alert(
+            "TcpRetransmitRatioHigh", f"{tcp_ratio(s)} > {num(s.tcp_retransmit_ratio)}", "warning",
+            "A node retransmits a high share of its TCP segments.",
+            "{{ $labels.instance }} retransmits {{ $value | humanizePercentage }} of its TCP segments "
+            f"(threshold {num(s.tcp_retransmit_ratio * 100)}%).",
+            s.tcp_for,
+        ),
+    ]
+    for what, name, noun in (("errors", "NetworkInterfaceErrors", "errors"), ("dropped", "NetworkInterfaceDrops", "drops")):
+        alerts.append(Alert(
+            name, f"{interface_ratio(s, what)} > {num(s.interface_error_ratio)}", "warning",
+            f"A network interface has a high {noun[:-1]} rate.",
+            f"{{{{ $labels.device }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
+            f"{{{{ $labels.direction }}}} packets are {noun} (threshold {num(s.interface_error_ratio * 100)}%).",
+            s.interface_for,
+        ))
+    return Group("fleetscope-network", tuple(alerts))

@@ -1,0 +1,40 @@
+"""Rules about fleetscope itself: the daemon, its collectors, its push receiver."""
+
+from __future__ import annotations
+
+from fleetscope.rules.model import Alert, Group, num, sel
+from fleetscope.rules.settings import Settings
+
+
+def alert_rules(s: Settings) -> Group:
+    return Group("fleetscope", (
+        Alert(
+            "FleetscopeDown", f"{sel(s, 'up')} == 0", "warning",
+            "A fleetscope daemon cannot be scraped.",
+            "Prometheus cannot scrape fleetscope on {{ $labels.instance }}: GPU, EFA and training metrics "
+            "of this node are missing.",
+            s.down_for,
+        ),
+        Alert(
+            "FleetscopeCollectorFailing",
+            (
+                f"{sel(s, 'fleetscope_collector_success')} == 0\n"
+                f"and on (instance, job, collector)\n"
+                f"{sel(s, 'fleetscope_collector_hardware_present')} == 1"
+            ),
+            "warning",
+            "A fleetscope collector fails although its hardware is present.",
+            "Collector {{ $labels.collector }} on {{ $labels.instance }} fails or times out; its metrics are "
+            "stale or missing.",
+            s.collector_failing_for,
+        ),
+        Alert(
+            "FleetscopePushRejected",
+            f"rate({sel(s, 'fleetscope_push_rejected_total')}[{s.rate_window}]) > {num(s.push_rejected_per_second)}",
+            "warning",
+            "fleetscope rejects step records pushed by training jobs.",
+            "fleetscope on {{ $labels.instance }} rejects {{ printf \"%.2f\" $value }} pushed records per second "
+            "(reason {{ $labels.reason }}).",
+            s.push_rejected_for,
+        ),
+    ))

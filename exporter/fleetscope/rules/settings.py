@@ -1,0 +1,163 @@
+"""Thresholds, windows and the target selector: the one place rules are tuned.
+
+``Settings()`` is the production preset. ``E2E`` compresses every window and
+``for:`` so the end-to-end simulation (scrape interval 5s) can make each alert
+fire within a few minutes; the thresholds stay the same so the simulation
+exercises the production logic, only faster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(duration: str) -> float:
+    """A single-unit Prometheus duration (``90s``, ``5m``, ``1h``) in seconds."""
+    match = _DURATION.match(duration)
+    if not match:
+        raise ValueError(f"expected a Prometheus duration such as 30s, 5m or 1h, got {duration!r}")
+    return int(match.group(1)) * _SECONDS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Which scrape targets are fleetscope daemons (node-mixin style: stacks name the job differently).
+    selector: str = 'job="fleetscope"'
+    # Base of every runbook_url; the anchor is the lower-cased alert name.
+    runbook_base_url: str = "docs/runbooks.md"
+    # Rule evaluation interval for every group; empty keeps Prometheus's global setting.
+    evaluation_interval: str = ""
+    # Window for rate()/increase() of counters; also names the recording rules (rate5m).
+    rate_window: str = "5m"
+
+    # Training: ranks are compared only within their pipeline stage.
+    straggler_ratio: float = 1.10  # rank median compute / stage median (What-if S>=1.1, MegaScale ~10%)
+    straggler_critical_score: float = 0.75  # stage median / rank median (NVRx default threshold)
+    straggler_for: str = "15m"
+    straggler_critical_for: str = "10m"
+    straggler_node_fraction: float = 0.5  # more than this share of a node's ranks slow -> the node
+    slowdown_ratio: float = 1.10  # job median step time vs its own baseline; never below 1.03 (diurnal 1-2%)
+    slowdown_window: str = "15m"
+    slowdown_baseline_offset: str = "1h"
+    slowdown_for: str = "15m"
+    hang_step_multiple: float = 10.0  # DLRover: 10x the typical step time...
+    hang_min_seconds: float = 120.0  # ...clamped to [2 min, 30 min]
+    hang_max_seconds: float = 1800.0
+    hang_for: str = "1m"
+    silent_after_seconds: float = 120.0  # a rank with no push for this long while others push
+    silent_for: str = "1m"
+    input_warning_share: float = 0.05  # PyTorch profiler's input-bound rule
+    input_critical_share: float = 0.15
+    input_for: str = "10m"
+    comm_share: float = 0.25  # exposed communication share of the step (no source gives a number)
+    comm_for: str = "15m"
+    low_activity_ratio: float = 0.5  # DCGM: SM activity < 0.5 "likely ineffective"
+    low_activity_for: str = "30m"
+
+    # GPU.
+    throttle_share: float = 0.25  # share of time in a thermal / HW slowdown / power-brake clock event
+    throttle_for: str = "10m"
+    temperature_margin_celsius: float = 5.0  # warn this close to the slowdown temperature
+    temperature_for: str = "5m"
+    pcie_replays_per_second: float = 0.1
+    pcie_for: str = "15m"
+    nvlink_errors_per_second: float = 0.0  # any sustained error growth
+    nvlink_for: str = "10m"
+    nvlink_down_for: str = "5m"
+    ecc_corrected_window: str = "1h"  # correctable ECC accelerating: this window vs the one before
+    ecc_corrected_min_increase: float = 10.0
+    ecc_corrected_growth: float = 2.0
+    clock_peer_ratio: float = 0.85  # SM clock below this share of the node's median under load
+    clock_busy_ratio: float = 0.5
+    clock_for: str = "10m"
+    xid_window: str = "10m"  # how long an immediate Xid alert stays active after the event
+    gpu_state_for: str = "1m"  # GPU lost, recovery action, row remap pending
+
+    # EFA and network.
+    efa_missing_for: str = "5m"
+    efa_rx_drops_per_second: float = 1.0
+    efa_event_for: str = "10m"
+    efa_retransmit_cause_per_second: float = 100.0  # SRD retransmits worth naming as a straggler cause
+    ena_allowance_per_second: float = 1.0  # packets shaped per second
+    ena_for: str = "10m"
+    tcp_retransmit_ratio: float = 0.01
+    tcp_for: str = "15m"
+    interface_error_ratio: float = 0.01  # node-mixin's NodeNetworkReceiveErrs threshold
+    interface_for: str = "15m"
+
+    # fleetscope itself.
+    down_for: str = "5m"
+    collector_failing_for: str = "10m"
+    push_rejected_per_second: float = 0.0
+    push_rejected_for: str = "10m"
+
+    # Causes named in straggler descriptions.
+    cause_throttle_share: float = 0.1
+    cause_clock_ratio: float = 0.9
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith(("_for", "_window", "_offset")) and isinstance(value, str):
+                seconds(value)
+        if self.evaluation_interval:
+            seconds(self.evaluation_interval)
+        if self.slowdown_ratio < 1.03:
+            raise ValueError("slowdown_ratio below 1.03 alerts on diurnal swings (1-2%)")
+        if not 0 < self.straggler_critical_score < 1 / self.straggler_ratio:
+            raise ValueError("straggler_critical_score must flag ranks slower than the warning ratio")
+        if not self.hang_min_seconds <= self.hang_max_seconds:
+            raise ValueError("hang_min_seconds must not exceed hang_max_seconds")
+
+    @property
+    def straggler_critical_ratio(self) -> float:
+        """The critical score as a slowdown ratio (0.75 -> 1.333...)."""
+        return 1 / self.straggler_critical_score
+
+
+PRODUCTION = Settings()
+
+# Time-compressed preset for the end-to-end simulation: scrape every 5s, rate windows of 1m,
+# for: of 30s-1m, hang clamp [30s, 5m], baseline 3m back. Thresholds are unchanged.
+E2E = dataclasses.replace(
+    PRODUCTION,
+    evaluation_interval="5s",
+    rate_window="1m",
+    straggler_for="1m",
+    straggler_critical_for="30s",
+    slowdown_window="1m",
+    slowdown_baseline_offset="3m",
+    slowdown_for="30s",
+    hang_min_seconds=30.0,
+    hang_max_seconds=300.0,
+    hang_for="10s",
+    silent_after_seconds=30.0,
+    silent_for="10s",
+    input_for="30s",
+    comm_for="1m",
+    low_activity_for="1m",
+    throttle_for="30s",
+    temperature_for="30s",
+    pcie_for="30s",
+    nvlink_for="30s",
+    nvlink_down_for="30s",
+    ecc_corrected_window="2m",
+    clock_for="30s",
+    xid_window="2m",
+    gpu_state_for="10s",
+    efa_missing_for="30s",
+    efa_event_for="30s",
+    ena_for="30s",
+    tcp_for="1m",
+    interface_for="1m",
+    down_for="30s",
+    collector_failing_for="30s",
+    push_rejected_for="30s",
+)
+
+PRESETS: dict[str, Settings] = {"production": PRODUCTION, "e2e": E2E}
