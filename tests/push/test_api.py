@@ -1,0 +1,129 @@
+"""The push routes in-process (FastAPI TestClient): status codes, messages, nothing stored on refusal."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetscope.collectors.steps import StepsCollector
+from fleetscope.config import load
+from fleetscope.daemon import build_daemon
+
+
+def make_client(**flags: object) -> tuple[TestClient, StepsCollector]:
+    config = load(flags={f"push.{k.replace('_', '-')}": v for k, v in flags.items()}, environ={})
+    collector = StepsCollector(config)
+    return TestClient(build_daemon(config, collectors={"steps": collector}).app), collector
+
+
+def record(rank: int = 0, step: int = 0, job: str = "j", **extra: object) -> dict[str, object]:
+    return {"job": job, "rank": rank, "step": step, "step_seconds": 1.0, **extra}
+
+
+def test_push_one_and_a_batch() -> None:
+    client, collector = make_client()
+    assert client.post("/api/v1/steps", json=record()).json() == {"accepted": 1}
+    assert client.post("/api/v1/steps", json=[record(rank=r) for r in range(3)]).json() == {"accepted": 3}
+    view = collector.store.view()
+    assert view.records_total == 4 and len(view.ranks) == 3
+
+
+def test_invalid_record_answers_422_naming_the_field_and_stores_nothing() -> None:
+    client, collector = make_client()
+    client.post("/api/v1/steps", json=record())
+    response = client.post("/api/v1/steps", json=[record(rank=1), record(rank=2, step_seconds=-1)])
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["field"] == "body[1].step_seconds"
+    view = collector.store.view()
+    assert view.records_total == 1 and view.rejected == {"invalid": 1}
+
+
+def test_declared_oversized_body_answers_413() -> None:
+    client, collector = make_client(max_body_bytes=1000)
+    body = json.dumps([record(rank=r) for r in range(50)])
+    response = client.post("/api/v1/steps", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert "max-body-bytes" in response.json()["detail"]
+    assert collector.store.view().records_total == 0
+
+
+def test_undeclared_oversized_stream_answers_413() -> None:
+    client, collector = make_client(max_body_bytes=1000)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer
+        yield b"["
+        for rank in range(50):
+            yield json.dumps(record(rank=rank)).encode() + b","
+        yield json.dumps(record()).encode() + b"]"
+
+    response = client.post("/api/v1/steps", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert collector.store.view().records_total == 0
+    assert collector.store.view().rejected == {"too_large": 1}
+
+
+def test_limits_answer_429_and_leave_the_store_unchanged() -> None:
+    client, collector = make_client(max_jobs=1, max_ranks=2)
+    assert client.post("/api/v1/steps", json=[record(rank=0), record(rank=1)]).status_code == 200
+    response = client.post("/api/v1/steps", json=[record(rank=0, step=1), record(rank=2)])
+    assert response.status_code == 429 and "max-ranks" in response.json()["detail"]
+    response = client.post("/api/v1/steps", json=record(job="other"))
+    assert response.status_code == 429 and "max-jobs" in response.json()["detail"]
+    view = collector.store.view()
+    assert view.records_total == 2 and {r.steps for r in view.ranks} == {1}
+    assert view.rejected == {"limit": 2}
+
+
+def test_token_is_required_when_configured() -> None:
+    client, collector = make_client(token="s3cret")
+    assert client.post("/api/v1/steps", json=record()).status_code == 401
+    wrong = client.post("/api/v1/steps", json=record(), headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
+    assert client.delete("/api/v1/jobs/j").status_code == 401
+    assert client.put("/metrics/job/x", content="m 1\n").status_code == 401
+    ok = client.post("/api/v1/steps", json=record(), headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+    assert collector.store.view().rejected == {"unauthorized": 4}
+
+
+def test_job_end_removes_its_series_at_once() -> None:
+    client, collector = make_client()
+    client.post("/api/v1/steps", json=[record(rank=0), record(rank=1), record(job="k")])
+    assert client.delete("/api/v1/jobs/j").json() == {"job": "j", "ranks_removed": 2}
+    assert [r.job for r in collector.store.view().ranks] == ["k"]
+    assert "training_job=\"j\"" not in client.get("/metrics").text
+
+
+def test_pushgateway_routes_status_codes() -> None:
+    client, collector = make_client()
+    assert client.put("/metrics/job/train/rank/0", content="m 1\n").status_code == 200
+    assert client.post("/metrics/job/train/rank/0", content="n 2\n").status_code == 200
+    assert client.put("/metrics/job/train/rank", content="m 1\n").status_code == 400
+    assert client.put("/metrics/job/train", content="m 1 123\n").status_code == 400
+    assert client.put("/metrics/job/train", content=b"\x00", headers={
+        "content-type": "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily"}).status_code == 415
+    groups, _ = collector.groups.view()
+    assert [sorted(f.name for f in g.families) for g in groups] == [["m", "n"]]
+    assert client.delete("/metrics/job/train/rank/0").status_code == 202
+    assert collector.groups.view()[0] == ()
+
+
+def test_openapi_documents_the_push_api() -> None:
+    client, _ = make_client()
+    spec = client.get("/openapi.json").json()
+    post = spec["paths"]["/api/v1/steps"]["post"]
+    assert {"413", "422", "429", "401"} <= set(post["responses"])
+    schema = post["requestBody"]["content"]["application/json"]["schema"]
+    assert {o["type"] for o in schema["anyOf"]} == {"object", "array"}
+    assert "/api/v1/jobs/{job}" in spec["paths"]
+    assert {"put", "post", "delete"} <= set(spec["paths"]["/metrics/{grouping}"])
+
+
+def test_metrics_page_still_serves_with_push_routes_mounted() -> None:
+    client, _ = make_client()
+    client.post("/api/v1/steps", json=record(local_rank=0))
+    text = client.get("/metrics").text
+    assert 'fleetscope_training_steps_total{local_rank="0",pp_stage="",rank="0",training_job="j"} 1.0' in text
