@@ -122,9 +122,13 @@ EFA_TABLE = table(
     ],
 )
 
-PORT_COUNTERS = frozenset(k for k, s in EFA_TABLE.specs.items() if s.raw == f"ports/<n>/hw_counters/{k}")
+# The curated counters of each scope: a table key that names its own sysfs counter file.
+PORT_COUNTERS = frozenset(
+    k for k, s in EFA_TABLE.specs.items() if s.kind == "counter" and s.raw == f"ports/<n>/hw_counters/{k}"
+)
 DEVICE_COUNTERS = frozenset(
-    k for k, s in EFA_TABLE.specs.items() if s.raw == f"hw_counters/{k}" or s is VERBS_ERRORS
+    k for k, s in EFA_TABLE.specs.items()
+    if s.kind == "counter" and (s.raw == f"hw_counters/{k}" or s is VERBS_ERRORS)
 )
 
 
