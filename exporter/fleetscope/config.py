@@ -23,6 +23,9 @@ from typing import Any, Callable, Iterator, Mapping
 from fleetscope.collectors import REGISTRY, CollectorEntry
 
 ENV_PREFIX = "FLEETSCOPE_"
+# Read by the training-side client (fleetscope.client), not the daemon: a node may export them to
+# every process, so the daemon must not refuse them as unknown settings.
+CLIENT_ENV = frozenset({"FLEETSCOPE_PUSH_URL", "FLEETSCOPE_JOB"})
 
 
 class ConfigError(ValueError):
@@ -328,7 +331,7 @@ def load(
             raw[key] = (value, f"{yaml_path}: {key}")
     known_env = {info.env: key for key, info in table.items()}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLIENT_ENV:
             continue
         if name not in known_env:
             raise ConfigError(f"environment: unknown setting {name}")

@@ -110,6 +110,8 @@ def parse_exposition(text: str, key: GroupKey) -> tuple[PushedFamily, ...]:
     except Exception as exc:  # the parser raises ValueError, and sometimes worse, on garbage
         raise GroupError(f"body is not valid Prometheus text format: {exc}") from None
     for family in parsed:
+        if not family.samples:
+            continue  # HELP/TYPE without samples: nothing to expose
         if family.name.startswith(NAMESPACE + "_"):
             raise GroupError(f"metric {family.name!r} is in the daemon's own {NAMESPACE}_ namespace")
         if family.name in families:
