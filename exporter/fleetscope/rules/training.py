@@ -100,7 +100,7 @@ def cause_rules(s: Settings, throttle: str, clock_ratio: str, efa_retransmits: s
 
 def alert_rules(s: Settings) -> Group:
     w = s.rate_window
-    rank_labels = "training job {{ $labels.training_job }} rank {{ $labels.rank }} (pp_stage {{ $labels.pp_stage }}) on {{ $labels.instance }} GPU {{ $labels.gpu }}"
+    rank_labels = "training job {{ $labels.training_job }} rank {{ $labels.rank }} (pp_stage {{ $labels.pp_stage }}) on {{ $labels.instance }}{{ with $labels.gpu }} GPU {{ . }}{{ end }}"
     last_step = sel(s, "fleetscope_training_last_step_timestamp_seconds")
     last_push = sel(s, "fleetscope_training_last_push_timestamp_seconds")
     hang_threshold = (
@@ -118,7 +118,7 @@ def alert_rules(s: Settings) -> Group:
         f"(\n"
         f"  time() - max by (training_job) ({last_step})\n"
         f"    > on (training_job)\n"
-        f"  {indent(hang_threshold)}\n"
+        f"  (\n    {indent(hang_threshold, '    ')}\n  )\n"
         f")"
     ))
     silent = num(s.silent_after_seconds)
@@ -201,8 +201,8 @@ def alert_rules(s: Settings) -> Group:
             "A training job has made no step progress for many step times.",
             "No rank of training job {{ $labels.training_job }} has completed a step for "
             f"{num(s.hang_step_multiple)}x the median step time (clamped to {num(s.hang_min_seconds)}s-"
-            f"{num(s.hang_max_seconds)}s). Suspect: rank {{{{ $labels.rank }}}} on {{{{ $labels.instance }}}} GPU "
-            "{{ $labels.gpu }}, the first to stop: its last step completed {{ $value | humanizeDuration }} ago"
+            f"{num(s.hang_max_seconds)}s). Suspect: rank {{{{ $labels.rank }}}} on {{{{ $labels.instance }}}}"
+            "{{ with $labels.gpu }} GPU {{ . }}{{ end }}, the first to stop: its last step completed {{ $value | humanizeDuration }} ago"
             "{{ with printf `" + sel(s, "fleetscope_training_last_step", 'training_job="%s", rank="%s"') + "` "
             "$labels.training_job $labels.rank | query }} at step {{ . | first | value }}{{ end }}"
             "{{ with printf `max(" + sel(s, "fleetscope_training_last_step", 'training_job="%s"') + ")` "
