@@ -7,11 +7,11 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 from typing import Any
 
 from fleetscope.sim.faults import Fault, ScheduleError, load_schedule, parse_schedule
+from fleetscope.sim.tree import make_workdir
 
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +60,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fleetscope.sim.cluster import SimCluster
 
     spec = _make(args, _faults(args, None))
-    workdir = args.workdir or tempfile.mkdtemp(prefix="fleetscope-sim-")
+    workdir = args.workdir or make_workdir("fleetscope-sim-")
     cluster = SimCluster(spec, workdir)
     stop = threading.Event()
     _stop_on_signals(stop)
@@ -94,7 +94,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     spec = _make(args, _faults(args, DEMO_SCHEDULE))
     rules = args.rules or default_rules(compressed=not args.production_rules)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="fleetscope-demo-")
+    workdir = args.workdir or make_workdir("fleetscope-demo-")
     cluster = SimCluster(spec, os.path.join(workdir, "nodes"))
     prometheus = Prometheus(os.path.join(workdir, "prometheus"), listen=f"127.0.0.1:{args.prometheus_port}")
     alertmanager = None

@@ -17,6 +17,22 @@ from fleetscope.sim.node import ENA_COUNTERS, NodeModel
 EFA_PCI_DEVICE_IDS = {"p4d.24xlarge": "0xefa1", "p5.48xlarge": "0xefa2"}
 
 
+def scratch_base() -> str | None:
+    """Where node trees should live: tmpfs when there is one.
+
+    A p5 tree rewrites about 1000 files a tick; renames on a disk-backed
+    overlay cost milliseconds each, on tmpfs microseconds.
+    """
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def make_workdir(prefix: str) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix, dir=scratch_base())
+
+
 @dataclass(frozen=True)
 class NodePaths:
     """Where one node's trees live; these become the daemon's --path.* settings."""
@@ -79,6 +95,13 @@ class TreeWriter:
         os.makedirs(os.path.dirname(link), exist_ok=True)
         os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
 
+    def _device_link(self, child_dir: str, pci: str) -> None:
+        """``<dev>/device`` the way the kernel writes it: up to the bus, then down by the PCI address."""
+        link = os.path.join(child_dir, "device")
+        if not os.path.islink(link):
+            os.makedirs(child_dir, exist_ok=True)
+            os.symlink(os.path.join("..", "..", "..", os.path.basename(pci)), link)
+
     # -- static layout -----------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -102,7 +125,7 @@ class TreeWriter:
             self._symlink(os.path.join(pci, "driver"), os.path.join(drivers, "ena"))
             netdir = os.path.join(pci, "net", nic.name)
             self._symlink(self._sys("class", "net", nic.name), netdir)
-            self._symlink(os.path.join(netdir, "device"), pci)
+            self._device_link(netdir, pci)
             for name, value in (("operstate", "up"), ("address", nic.address), ("mtu", "9001"),
                                 ("speed", str(model.profile.ena_speed_mbps)), ("carrier", "1"), ("type", "1")):
                 self._write(os.path.join(netdir, name), f"{value}\n")
@@ -158,7 +181,7 @@ class TreeWriter:
             self._write(os.path.join(port, "hw_counters", "lifespan"), "12\n")
             for name, value in efa.port.items():
                 self._write(os.path.join(port, "hw_counters", name), f"{value}\n")
-            self._symlink(os.path.join(devdir, "device"), pci)
+            self._device_link(devdir, pci)
             self._symlink(link, devdir)
 
     def _write_netdev(self) -> None:

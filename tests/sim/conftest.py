@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import pathlib
+import shutil
+from typing import Iterator
+
+import pytest
+
+from fleetscope.sim.tree import make_workdir
+
+
+@pytest.fixture
+def scratch() -> Iterator[pathlib.Path]:
+    """A directory on tmpfs when there is one: node trees rewrite hundreds of files a tick."""
+    path = make_workdir("fleetscope-test-")
+    yield pathlib.Path(path)
+    shutil.rmtree(path, ignore_errors=True)
