@@ -1,0 +1,229 @@
+"""Background delivery of step records: a bounded buffer and one sender thread.
+
+The training thread only appends to the buffer (a lock held for a deque
+operation). When the buffer is full the oldest record is dropped and counted.
+The sender thread posts batches with the standard library; on failure the
+batch goes back to the front of the buffer (still subject to the bound) and
+the thread backs off exponentially with jitter. Records the daemon refuses
+as invalid (4xx other than 429) are dropped and counted instead of retried.
+Nothing here raises into the caller.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import random
+import threading
+import urllib.error
+import urllib.request
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("fleetscope.client")
+
+STEPS_PATH = "/api/v1/steps"
+
+
+@dataclass(frozen=True)
+class SenderStats:
+    enqueued: int  # records handed to the buffer
+    sent: int  # records the daemon accepted
+    dropped: int  # records pushed out of the full buffer (oldest first)
+    rejected: int  # records the daemon refused as invalid
+    pending: int  # records in the buffer or in flight
+    failures: int  # failed delivery attempts
+
+
+class RecordBuffer:
+    """A FIFO of at most ``capacity`` records that drops the oldest on overflow."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._lock = threading.Lock()
+        self._items: deque[dict[str, Any]] = deque()
+        self.enqueued = 0
+        self.dropped = 0
+
+    def put(self, record: dict[str, Any]) -> int:
+        with self._lock:
+            if len(self._items) >= self.capacity:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append(record)
+            self.enqueued += 1
+            return len(self._items)
+
+    def take(self, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            count = min(limit, len(self._items))
+            return [self._items.popleft() for _ in range(count)]
+
+    def give_back(self, batch: list[dict[str, Any]]) -> None:
+        """Return an undelivered batch to the front; if that overflows, its oldest records go."""
+        with self._lock:
+            room = self.capacity - len(self._items)
+            if room < len(batch):
+                overflow = len(batch) - max(room, 0)
+                self.dropped += overflow
+                batch = batch[overflow:]
+            self._items.extendleft(reversed(batch))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Sender:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        batch_size: int = 256,
+        capacity: int = 10_000,
+        flush_interval: float = 1.0,
+        timeout: float = 2.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.endpoint = url + STEPS_PATH
+        self.token = token
+        self.batch_size = max(1, batch_size)
+        self.flush_interval = flush_interval
+        self.timeout = timeout
+        self.max_backoff = max_backoff
+        self.buffer = RecordBuffer(capacity)
+        self.sent = 0
+        self.rejected = 0
+        self.failures = 0
+        self._in_flight = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._warned = False
+        # No proxies: the daemon is on this node, and a cluster-wide HTTP_PROXY must not capture pushes.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        _register_cleanup(self)
+
+    # -- training thread side -----------------------------------------------------------------
+
+    def put(self, record: dict[str, Any]) -> None:
+        if self._thread is None:
+            self._start()
+        if self.buffer.put(record) >= self.batch_size:
+            self._wake.set()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="fleetscope-push", daemon=True)
+                self._thread.start()
+
+    def stats(self) -> SenderStats:
+        return SenderStats(
+            enqueued=self.buffer.enqueued, sent=self.sent, dropped=self.buffer.dropped, rejected=self.rejected,
+            pending=len(self.buffer) + self._in_flight, failures=self.failures,
+        )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what is buffered (one attempt) and stop the thread, waiting at most ``timeout``."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's thread does not exist here, and its locks may be held."""
+        self.buffer = RecordBuffer(self.buffer.capacity)
+        self._thread = None
+        self._start_lock = threading.Lock()
+        self._wake = threading.Event()
+
+    # -- sender thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.0
+        while True:
+            stopping = self._stop.is_set()
+            if not stopping:
+                if backoff:
+                    self._stop.wait(backoff)  # a full buffer must not cut a backoff short
+                else:
+                    self._wake.wait(self.flush_interval)
+                self._wake.clear()
+                stopping = self._stop.is_set()
+            while True:
+                batch = self.buffer.take(self.batch_size)
+                if not batch:
+                    backoff = 0.0
+                    break
+                self._in_flight = len(batch)
+                try:
+                    delivered = self._deliver(batch)
+                finally:
+                    self._in_flight = 0
+                if not delivered:
+                    self.buffer.give_back(batch)
+                    self.failures += 1
+                    backoff = min(self.max_backoff, max(0.5, backoff * 2)) * random.uniform(0.8, 1.2)
+                    break
+                backoff = 0.0
+            if stopping:
+                return
+
+    def _deliver(self, batch: list[dict[str, Any]]) -> bool:
+        """True when the batch is settled (stored, or refused for good); False to retry later."""
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            body = json.dumps(batch).encode()
+        except (TypeError, ValueError) as exc:  # a value json cannot encode: drop, never retry forever
+            self.rejected += len(batch)
+            logger.warning("fleetscope: dropping %d records that cannot be encoded: %s", len(batch), exc)
+            return True
+        request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                response.read()
+            self.sent += len(batch)
+            return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 429 or exc.code >= 500:
+                self._warn(f"daemon answered {exc.code}")
+                return False
+            self.rejected += len(batch)
+            detail = exc.read()[:300].decode("utf-8", "replace")
+            logger.warning("fleetscope: daemon refused %d records (%d): %s", len(batch), exc.code, detail)
+            return True
+        except Exception as exc:  # connection refused, timeout, DNS: the daemon is down or slow
+            self._warn(f"{type(exc).__name__}: {exc}")
+            return False
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("fleetscope: cannot push to %s (%s); buffering and retrying", self.endpoint, message)
+        else:
+            logger.debug("fleetscope: push to %s failed: %s", self.endpoint, message)
+
+
+def _register_cleanup(sender: Sender) -> None:
+    ref = weakref.ref(sender)
+
+    def flush_at_exit() -> None:
+        live = ref()
+        if live is not None:
+            live.close(timeout=2.0)
+
+    def reset_in_child() -> None:
+        live = ref()
+        if live is not None:
+            live.after_fork()
+
+    atexit.register(flush_at_exit)
+    os.register_at_fork(after_in_child=reset_in_child)
