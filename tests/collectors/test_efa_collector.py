@@ -70,9 +70,9 @@ def test_unknown_counters_are_exported_generically() -> None:
     reading = EfaReading((device(port_values={"rx_ooo_pkts": 7}, device_values={"query_device_err": 1}),), 1, True)
     registry = registry_of(efa_families(reading))
     assert registry.get_sample_value(
-        "fleetscope_efa_port_counter_total", {"device": "efa_0", "port": "1", "counter": "rx_ooo_pkts"}) == 7
+        "fleetscope_efa_port_hw_stat_total", {"device": "efa_0", "port": "1", "counter": "rx_ooo_pkts"}) == 7
     assert registry.get_sample_value(
-        "fleetscope_efa_device_counter_total", {"device": "efa_0", "counter": "query_device_err"}) == 1
+        "fleetscope_efa_device_hw_stat_total", {"device": "efa_0", "counter": "query_device_err"}) == 1
     assert registry.get_sample_value(
         "fleetscope_efa_verbs_errors_total", {"device": "efa_0", "operation": "query_device"}) is None
 
@@ -84,10 +84,10 @@ def test_absent_counters_stay_absent_and_lifespan_is_a_gauge_in_seconds() -> Non
     assert registry.get_sample_value("fleetscope_efa_retransmit_bytes_total", {"device": "efa_0", "port": "1"}) is None
     assert "fleetscope_efa_retransmit_bytes" not in {m.name for m in metrics}
     assert registry.get_sample_value(
-        "fleetscope_efa_counter_lifespan_seconds", {"device": "efa_0", "scope": "port1"}) == pytest.approx(0.012)
+        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "port1"}) == pytest.approx(0.012)
     assert registry.get_sample_value(
-        "fleetscope_efa_counter_lifespan_seconds", {"device": "efa_0", "scope": "device"}) == pytest.approx(0.010)
-    assert {m.type for m in metrics if m.name == "fleetscope_efa_counter_lifespan_seconds"} == {"gauge"}
+        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "device"}) == pytest.approx(0.010)
+    assert {m.type for m in metrics if m.name == "fleetscope_efa_hw_stats_lifespan_seconds"} == {"gauge"}
 
 
 def test_expected_devices_only_when_configured() -> None:

@@ -96,11 +96,11 @@ EFA_TABLE = table(
                 "Keep-alive events received from the device (should keep growing)."),
         *((f"{operation}_err", VERBS_ERRORS) for operation in VERBS_OPERATIONS),
         ("port_counter", MetricSpec(
-            "fleetscope_efa_port_counter_total", "counter",
+            "fleetscope_efa_port_hw_stat_total", "counter",
             "A port counter this fleetscope version has no curated name for, by its sysfs file name.",
             ("device", "port", "counter"), raw="ports/<n>/hw_counters/<counter>")),
         ("device_counter", MetricSpec(
-            "fleetscope_efa_device_counter_total", "counter",
+            "fleetscope_efa_device_hw_stat_total", "counter",
             "A device counter this fleetscope version has no curated name for, by its sysfs file name.",
             ("device", "counter"), raw="hw_counters/<counter>")),
         ("devices", MetricSpec(
@@ -116,7 +116,7 @@ EFA_TABLE = table(
             "fleetscope_efa_port_rate_bytes_per_second", "gauge", "Link rate the port reports.", _PORT,
             unit="bytes/second", raw="ports/<n>/rate")),
         ("lifespan", MetricSpec(
-            "fleetscope_efa_counter_lifespan_seconds", "gauge",
+            "fleetscope_efa_hw_stats_lifespan_seconds", "gauge",
             "How long the driver caches counter values (scope: device, or port<n>).", ("device", "scope"),
             unit="seconds", raw="hw_counters/lifespan", scale=1e-3)),
     ],
