@@ -235,6 +235,8 @@ class FakeNvml:
         self._events = threading.Condition()
         self._sets: dict[int, dict[str, Any]] = {}
         self._samples: dict[int, dict[str, Any] | None] = {}
+        self._next_sample = 0
+        self._next_set = 0
         self.pending_events: list[tuple[int, int, int]] = []  # delivered when the GPU is registered
         self._functions = {
             attr[1:]: CFunction(attr[1:], getattr(self, attr), self) for attr in dir(self) if attr.startswith("_nvml")
@@ -659,7 +661,9 @@ class FakeNvml:
         return self._query(handle, "nvmlGpmQueryDeviceSupport", gpu, write)
 
     def _nvmlGpmSampleAlloc(self, ref: Any) -> int:
-        address = SAMPLE_BASE + len(self._samples) * 0x100
+        with self._calls_lock:
+            self._next_sample += 1
+            address = SAMPLE_BASE + self._next_sample * 0x100
         self._samples[address] = None
         _write_pointer(ref, address)
         return SUCCESS
@@ -703,9 +707,8 @@ class FakeNvml:
         if not self.initialized:
             return ERROR_UNINITIALIZED
         with self._events:
-            address = SET_BASE + (len(self._sets) + 1) * 0x100
-            while address in self._sets:
-                address += 0x100
+            self._next_set += 1
+            address = SET_BASE + self._next_set * 0x100
             self._sets[address] = {"registered": {}, "queue": deque()}
         _write_pointer(ref, address)
         return SUCCESS

@@ -1,0 +1,236 @@
+"""The ``gpu`` collector: NVML telemetry, GPUs on the PCI bus, Xids from NVML and the kernel log, job attribution.
+
+Importing this module never loads ``pynvml``: the NVML source imports it on
+the first collection. Each part fails alone: no NVML library still leaves the
+PCI count and kernel-log Xids (exactly when Xid 79 matters); an unreadable
+kernel log leaves NVML. Only a node with neither NVML nor an NVIDIA GPU on
+the PCI bus is "no hardware".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from prometheus_client.core import Metric
+
+from fleetscope.config import Config
+from fleetscope.errors import NoHardware, SourceError
+from fleetscope.families import FamilyBuilder
+from fleetscope.health import Finding
+from fleetscope.sources.fs import Root
+from fleetscope.sources.gpu_jobs import JOBS_TABLE, JobAttribution, attribute
+from fleetscope.sources.kmsg import KmsgReader, boot_time
+from fleetscope.sources.nvml import NVML_TABLE, GpuIdentity, NvmlReading, NvmlSource
+from fleetscope.sources.pci import PCI_TABLE, PciGpu, list_gpus
+from fleetscope.sources.xid import XID_TABLE, PciAddress, XidLedger, XidSighting, is_fatal, xid_action
+
+logger = logging.getLogger("fleetscope.collectors.gpu")
+
+RECOVERY_ACTIONS = {1: "GPU reset required", 2: "node reboot required", 3: "drain P2P", 4: "drain and reset"}
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    """Everything one collection learned; metrics and health findings are both built from it."""
+
+    nvml: NvmlReading | None
+    nvml_error: str
+    pci_gpus: tuple[PciGpu, ...]
+    xid_counts: Mapping[tuple[PciAddress, int], int]
+    xid_last: Mapping[PciAddress, float]
+    recent_xids: tuple[XidSighting, ...]
+    jobs: Mapping[int, tuple[JobAttribution, ...]]
+    labels_by_pci: Mapping[PciAddress, tuple[str, str]] = field(default_factory=dict)
+
+
+class GpuCollector:
+    name = "gpu"
+    tables = (NVML_TABLE, PCI_TABLE, XID_TABLE, JOBS_TABLE)
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._sysfs = Root(config.path.sysfs)
+        self._procfs = Root(config.path.procfs)
+        self._jobs_dir = Root(config.gpu.jobs_dir)
+        self._ledger = XidLedger()
+        self._nvml = NvmlSource(lost_retry=config.gpu.lost_retry, on_xid=self._ledger.record)
+        self._kmsg: KmsgReader | None = None
+        self._kmsg_failed = False
+        self._kmsg_uuids: dict[PciAddress, str] = {}
+        self._lock = threading.Lock()
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _read_kmsg(self) -> None:
+        if not self.config.gpu.kmsg:
+            return
+        if self._kmsg is None:
+            self._kmsg = KmsgReader(self.config.path.kmsg, boot_time(self._procfs))
+        try:
+            batch = self._kmsg.poll()
+        except SourceError as exc:
+            if not self._kmsg_failed:
+                logger.warning("kernel log unreadable, Xids from NVML events only: %s", exc)
+            self._kmsg_failed = True
+            self._kmsg.close()
+            self._kmsg = None
+            return
+        self._kmsg_failed = False
+        self._kmsg_uuids.update(batch.uuids)
+        for xid in batch.xids:
+            self._ledger.record(XidSighting(xid.pci, xid.xid, xid.timestamp, "kmsg_fallen" if xid.multiline else "kmsg",
+                                            xid.message))
+
+    def snapshot(self) -> GpuSnapshot:
+        with self._lock:
+            pci_gpus = tuple(list_gpus(self._sysfs))
+            nvml: NvmlReading | None = None
+            nvml_error = ""
+            try:
+                nvml = self._nvml.read()
+            except NoHardware as exc:
+                nvml_error = str(exc)
+            self._read_kmsg()
+            labels = self._labels_by_pci(nvml, pci_gpus)
+            jobs: dict[int, tuple[JobAttribution, ...]] = {}
+            if nvml is not None:
+                pids = {s.identity.index: [p.pid for p in s.processes] for s in nvml.samples}
+                uuids = {s.identity.index: s.identity.uuid for s in nvml.samples}
+                jobs = attribute(self._procfs, self._jobs_dir, pids, uuids)
+            cutoff = time.time() - self.config.gpu.xid_window
+            return GpuSnapshot(
+                nvml, nvml_error, pci_gpus, self._ledger.counts(), self._ledger.last_timestamps(),
+                tuple(self._ledger.since(cutoff)), jobs, labels,
+            )
+
+    def _labels_by_pci(self, nvml: NvmlReading | None, pci_gpus: tuple[PciGpu, ...]) -> dict[PciAddress, tuple[str, str]]:
+        """(gpu, uuid) labels for a PCI address: NVML's identity, else PCI bus order (NVML's own enumeration order)."""
+        out: dict[PciAddress, tuple[str, str]] = {}
+        for position, gpu in enumerate(pci_gpus):
+            out[gpu.pci] = (str(position), self._kmsg_uuids.get(gpu.pci, ""))
+        if nvml is not None:
+            for identity in [s.identity for s in nvml.samples] + list(nvml.lost):
+                if identity.pci is not None:
+                    out[identity.pci] = (str(identity.index), identity.uuid)
+        return out
+
+    def _gpu_labels(self, snapshot: GpuSnapshot, pci: PciAddress) -> tuple[str, str]:
+        return snapshot.labels_by_pci.get(pci, (str(pci), self._kmsg_uuids.get(pci, "")))
+
+    def _lost_identity(self, identity: GpuIdentity, snapshot: GpuSnapshot) -> GpuIdentity:
+        """A GPU lost before NVML ever told us its UUID: take it from the kernel log via PCI order."""
+        if identity.uuid or identity.index >= len(snapshot.pci_gpus):
+            return identity
+        pci = snapshot.pci_gpus[identity.index].pci
+        return GpuIdentity(identity.index, uuid=self._kmsg_uuids.get(pci, ""), pci=pci,
+                           pci_bus_id=snapshot.pci_gpus[identity.index].address)
+
+    # -- metrics -----------------------------------------------------------------------------------
+
+    def collect(self) -> list[Metric]:
+        snapshot = self.snapshot()
+        if snapshot.nvml is None and not snapshot.pci_gpus:
+            raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
+        builder = FamilyBuilder()
+        nvml = snapshot.nvml
+        if nvml is not None:
+            builder.add(NVML_TABLE["nvml_devices"], (), nvml.device_count)
+            for sample in nvml.samples:
+                self._add_identity(builder, sample.identity, nvml)
+                gpu = (str(sample.identity.index), sample.identity.uuid)
+                builder.add(NVML_TABLE["lost"], gpu, 0)
+                for key, value in sample.scalars.items():
+                    builder.add(NVML_TABLE[key], gpu, value)
+                for key, values in sample.labelled.items():
+                    for extra, value in values.items():
+                        builder.add(NVML_TABLE[key], gpu + extra, value)
+            for identity in nvml.lost:
+                identity = self._lost_identity(identity, snapshot)
+                self._add_identity(builder, identity, nvml)
+                builder.add(NVML_TABLE["lost"], (str(identity.index), identity.uuid), 1)
+        builder.add(PCI_TABLE["pci_devices"], (), len(snapshot.pci_gpus))
+        if self.config.gpu.expected_count > 0:
+            builder.add(PCI_TABLE["expected_devices"], (), self.config.gpu.expected_count)
+        for (pci, xid), count in sorted(snapshot.xid_counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            builder.add(XID_TABLE["xid_total"], self._gpu_labels(snapshot, pci) + (str(xid), xid_action(xid)), count)
+        for pci, stamp in snapshot.xid_last.items():
+            builder.add(XID_TABLE["last_xid"], self._gpu_labels(snapshot, pci), stamp)
+        if nvml is not None:
+            uuids = {s.identity.index: s.identity.uuid for s in nvml.samples}
+            for index, jobs in snapshot.jobs.items():
+                for job in jobs:
+                    builder.add_info(JOBS_TABLE["job_info"], (str(index), uuids.get(index, "")), job.info())
+        return builder.families()
+
+    @staticmethod
+    def _add_identity(builder: FamilyBuilder, identity: GpuIdentity, nvml: NvmlReading) -> None:
+        builder.add_info(NVML_TABLE["info"], (str(identity.index), identity.uuid), {
+            "name": identity.name, "serial": identity.serial, "pci_bus_id": identity.pci_bus_id,
+            "vbios_version": identity.vbios_version, "driver_version": nvml.driver_version,
+            "nvml_version": nvml.nvml_version, "mig_mode": identity.mig_mode, "architecture": identity.architecture,
+        })
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def health(self) -> list[Finding]:
+        snapshot = self.snapshot()
+        if snapshot.nvml is None and not snapshot.pci_gpus:
+            raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
+        return findings(snapshot, self.config.gpu.expected_count, self.config.gpu.xid_window,
+                        lambda pci: self._gpu_labels(snapshot, pci)[0])
+
+    def close(self) -> None:
+        self._nvml.close()
+        if self._kmsg is not None:
+            self._kmsg.close()
+            self._kmsg = None
+
+
+def findings(snapshot: GpuSnapshot, expected: int, xid_window: float, gpu_of: Any) -> list[Finding]:
+    """Health verdicts: missing or lost GPUs, fatal Xids, ECC, row remapping, recovery action, NVLink down."""
+    out: list[Finding] = []
+
+    def bad(subject: str, message: str) -> None:
+        out.append(Finding("gpu", "unhealthy", subject, message))
+
+    nvml = snapshot.nvml
+    pci_count = len(snapshot.pci_gpus)
+    if expected and pci_count < expected:
+        bad("node", f"{pci_count} of {expected} expected GPUs on the PCI bus")
+    if nvml is None:
+        if pci_count:
+            bad("node", f"NVML unavailable with {pci_count} NVIDIA GPUs on the PCI bus: {snapshot.nvml_error}")
+    else:
+        if nvml.device_count < max(pci_count, expected):
+            bad("node", f"NVML sees {nvml.device_count} GPUs, {max(pci_count, expected)} expected")
+        for identity in nvml.lost:
+            bad(f"gpu {identity.index}", "lost (NVML: GPU is lost; fallen off the bus?)")
+        for sample in nvml.samples:
+            subject = f"gpu {sample.identity.index}"
+            ecc = sample.labelled.get("ecc_errors", {})
+            if ecc.get(("uncorrected", "volatile"), 0) > 0:
+                bad(subject, f"{ecc[('uncorrected', 'volatile')]:.0f} uncorrectable ECC errors since driver load")
+            if sample.scalars.get("row_remap_pending", 0) > 0:
+                bad(subject, "row remap pending: reset the GPU")
+            if sample.scalars.get("row_remap_failed", 0) > 0:
+                bad(subject, "row remapping failed")
+            if sample.scalars.get("retired_pages_pending", 0) > 0:
+                bad(subject, "page retirement pending: reload the driver")
+            action = int(sample.scalars.get("recovery_action", 0))
+            if action:
+                bad(subject, f"driver recovery action: {RECOVERY_ACTIONS.get(action, action)}")
+            down = [link for (link,), up in sample.labelled.get("nvlink_up", {}).items() if up == 0]
+            if down:
+                bad(subject, f"NVLink down: link {', '.join(sorted(down, key=int))}")
+    fatal: dict[tuple[str, int], int] = {}
+    for sighting in snapshot.recent_xids:
+        if is_fatal(sighting.xid):
+            key = (str(gpu_of(sighting.pci)), sighting.xid)
+            fatal[key] = fatal.get(key, 0) + 1
+    for (gpu, xid), count in sorted(fatal.items()):
+        bad(f"gpu {gpu}", f"Xid {xid} ({xid_action(xid)}) x{count} in the last {xid_window:.0f}s")
+    return out

@@ -1,0 +1,641 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, module ``pynvml``, imported lazily).
+
+Every NVML call is isolated: a value the GPU does not support is left out
+(logged once at debug); a symbol the driver lacks (``FunctionNotFound``, a
+driver older than the binding) makes the source fall back to the older call
+and remember that; ``GPU_IS_LOST`` marks that one GPU lost (the others keep
+reporting) and it is retried after ``lost_retry`` seconds; no library at all
+is :class:`~fleetscope.errors.NoHardware`.
+
+Most counters come from one batched ``nvmlDeviceGetFieldValues`` call per GPU
+(ECC, retired pages, memory temperature, energy, PCIe replays, row remapping,
+throttle durations, recovery action) plus one for the per-link NVLink fields.
+GPM (Hopper+) ratios are computed between the sample taken at this collection
+and the one kept from the previous collection, so no collection ever sleeps.
+
+Values stay in NVML's units here (percent, mW, mJ, MHz, ns, KB/s); the table's
+``scale`` turns them into base units when families are built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from fleetscope.errors import NoHardware
+from fleetscope.sources.xid import PciAddress, XidSighting
+from fleetscope.spec import MetricSpec, table
+
+logger = logging.getLogger("fleetscope.sources.nvml")
+
+_GPU = ("gpu", "uuid")
+
+
+def _g(name: str, help: str, raw: str, unit: str = "", scale: float = 1.0, labels: tuple[str, ...] = ()) -> MetricSpec:
+    kind = "counter" if name.endswith("_total") else "gauge"
+    return MetricSpec(name, kind, help, _GPU + labels, unit=unit, raw=raw, scale=scale)  # type: ignore[arg-type]
+
+
+NVML_TABLE = table(
+    "nvml",
+    "Per-GPU telemetry and health from NVML (nvidia-ml-py), labelled gpu (NVML index) and uuid, in base units.",
+    [
+        ("info", MetricSpec(
+            "fleetscope_gpu_info", "info", "Static facts of the GPU, the driver and NVML.", _GPU,
+            raw="nvmlDeviceGetName/Serial/PciInfo/VbiosVersion/MigMode/Architecture, nvmlSystemGetDriverVersion",
+            info_keys=("name", "serial", "pci_bus_id", "vbios_version", "driver_version", "nvml_version", "mig_mode",
+                       "architecture"))),
+        ("utilization", _g("fleetscope_gpu_utilization_ratio",
+                           "Share of the last sample period in which a kernel ran (not supported with MIG).",
+                           "nvmlDeviceGetUtilizationRates.gpu", "ratio", 0.01)),
+        ("memory_utilization", _g("fleetscope_gpu_memory_utilization_ratio",
+                                  "Share of the last sample period in which device memory was read or written.",
+                                  "nvmlDeviceGetUtilizationRates.memory", "ratio", 0.01)),
+        ("memory_used", _g("fleetscope_gpu_memory_used_bytes", "Device memory allocated.",
+                           "nvmlDeviceGetMemoryInfo_v2.used", "bytes")),
+        ("memory_free", _g("fleetscope_gpu_memory_free_bytes", "Device memory free.",
+                           "nvmlDeviceGetMemoryInfo_v2.free", "bytes")),
+        ("memory_total", _g("fleetscope_gpu_memory_total_bytes", "Device memory installed.",
+                            "nvmlDeviceGetMemoryInfo_v2.total", "bytes")),
+        ("memory_reserved", _g("fleetscope_gpu_memory_reserved_bytes", "Device memory reserved by the driver "
+                               "(absent on drivers without nvmlDeviceGetMemoryInfo_v2).",
+                               "nvmlDeviceGetMemoryInfo_v2.reserved", "bytes")),
+        ("temperature", _g("fleetscope_gpu_temperature_celsius", "GPU die temperature.",
+                           "nvmlDeviceGetTemperatureV(NVML_TEMPERATURE_GPU)", "celsius")),
+        ("memory_temperature", _g("fleetscope_gpu_memory_temperature_celsius", "HBM temperature.",
+                                  "NVML_FI_DEV_MEMORY_TEMP", "celsius")),
+        ("slowdown_temperature", _g("fleetscope_gpu_slowdown_temperature_celsius",
+                                    "Temperature at which the GPU starts to slow its clocks.",
+                                    "nvmlDeviceGetTemperatureThreshold(SLOWDOWN)", "celsius")),
+        ("shutdown_temperature", _g("fleetscope_gpu_shutdown_temperature_celsius",
+                                    "Temperature at which the GPU shuts down.",
+                                    "nvmlDeviceGetTemperatureThreshold(SHUTDOWN)", "celsius")),
+        ("power", _g("fleetscope_gpu_power_watts", "Power draw (1 s average on Ampere-non-GA100 and newer, "
+                     "instantaneous on A100).", "nvmlDeviceGetPowerUsage", "watts", 1e-3)),
+        ("power_limit", _g("fleetscope_gpu_power_limit_watts", "Power limit the driver enforces.",
+                           "nvmlDeviceGetEnforcedPowerLimit", "watts", 1e-3)),
+        ("energy", _g("fleetscope_gpu_energy_joules_total", "Energy consumed since the driver was last loaded.",
+                      "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "joules", 1e-3)),
+        ("clock", _g("fleetscope_gpu_clock_hertz", "Current clock (clock = sm, memory, graphics).",
+                     "nvmlDeviceGetClockInfo", "hertz", 1e6, ("clock",))),
+        ("clock_max", _g("fleetscope_gpu_clock_max_hertz", "Maximum clock (clock = sm, memory, graphics).",
+                         "nvmlDeviceGetMaxClockInfo", "hertz", 1e6, ("clock",))),
+        ("throttle_active", _g("fleetscope_gpu_throttle_active",
+                               "1 if this clocks-event (throttle) reason is active now, else 0.",
+                               "nvmlDeviceGetCurrentClocksEventReasons", labels=("reason",))),
+        ("throttle_seconds", _g("fleetscope_gpu_throttle_seconds_total",
+                                "Cumulative time the clocks were held down for this reason "
+                                "(sw_power_cap, sync_boost, sw_thermal, hw_thermal, hw_power_brake).",
+                                "NVML_FI_DEV_CLOCKS_EVENT_REASON_*", "seconds", 1e-9, ("reason",))),
+        ("ecc_errors", _g("fleetscope_gpu_ecc_errors_total",
+                          "ECC errors; counter_type volatile resets at driver load, aggregate lives with the device.",
+                          "NVML_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL", labels=("error_type", "counter_type"))),
+        ("retired_pages", _g("fleetscope_gpu_retired_pages", "Pages retired (cause = single_bit, double_bit).",
+                             "NVML_FI_DEV_RETIRED_{SBE,DBE}", labels=("cause",))),
+        ("retired_pages_pending", _g("fleetscope_gpu_retired_pages_pending",
+                                     "1 if pages are waiting to be retired at the next driver load.",
+                                     "NVML_FI_DEV_RETIRED_PENDING")),
+        ("remapped_rows", _g("fleetscope_gpu_remapped_rows", "Rows remapped (cause = correctable, uncorrectable).",
+                             "NVML_FI_DEV_REMAPPED_{COR,UNC}", labels=("cause",))),
+        ("row_remap_pending", _g("fleetscope_gpu_row_remap_pending",
+                                 "1 if a row remap waits for a GPU reset.", "NVML_FI_DEV_REMAPPED_PENDING")),
+        ("row_remap_failed", _g("fleetscope_gpu_row_remap_failed",
+                                "1 if a row remap has ever failed on this GPU.", "NVML_FI_DEV_REMAPPED_FAILURE")),
+        ("pcie_replays", _g("fleetscope_gpu_pcie_replays_total", "PCIe replays (link-level retries).",
+                            "NVML_FI_DEV_PCIE_REPLAY_COUNTER")),
+        ("pcie_generation", _g("fleetscope_gpu_pcie_link_generation", "Current PCIe link generation.",
+                               "nvmlDeviceGetCurrPcieLinkGeneration")),
+        ("pcie_max_generation", _g("fleetscope_gpu_pcie_link_max_generation", "Maximum PCIe link generation.",
+                                   "nvmlDeviceGetMaxPcieLinkGeneration")),
+        ("pcie_width", _g("fleetscope_gpu_pcie_link_width", "Current PCIe link width (lanes).",
+                          "nvmlDeviceGetCurrPcieLinkWidth")),
+        ("pcie_max_width", _g("fleetscope_gpu_pcie_link_max_width", "Maximum PCIe link width (lanes).",
+                              "nvmlDeviceGetMaxPcieLinkWidth")),
+        ("pcie_throughput", _g("fleetscope_gpu_pcie_throughput_bytes_per_second",
+                               "PCIe throughput over NVML's last 20 ms window (direction = tx, rx).",
+                               "nvmlDeviceGetPcieThroughput (KB/s)", "bytes", 1024.0, ("direction",))),
+        ("nvlink_up", _g("fleetscope_gpu_nvlink_up", "1 if the NVLink link is active, 0 if it is down.",
+                         "NVML_FI_DEV_NVLINK_GET_STATE", labels=("link",))),
+        ("nvlink_errors", _g("fleetscope_gpu_nvlink_errors_total",
+                             "NVLink data-link errors per link (error = replay, recovery, crc).",
+                             "NVML_FI_DEV_NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC}", labels=("link", "error"))),
+        ("performance_state", _g("fleetscope_gpu_performance_state", "Performance state (0 = P0, fastest ... 15).",
+                                 "nvmlDeviceGetPerformanceState")),
+        ("fan_speed", _g("fleetscope_gpu_fan_speed_ratio", "Fan speed as a share of its maximum "
+                         "(absent on passively cooled boards).", "nvmlDeviceGetFanSpeed", "ratio", 0.01)),
+        ("recovery_action", _g("fleetscope_gpu_recovery_action",
+                               "The driver's required recovery action: 0 none, 1 GPU reset, 2 node reboot, "
+                               "3 drain P2P, 4 drain and reset.", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION")),
+        ("processes", _g("fleetscope_gpu_processes", "Compute processes running on the GPU.",
+                         "nvmlDeviceGetComputeRunningProcesses")),
+        ("process_memory", _g("fleetscope_gpu_process_memory_bytes", "Device memory used by compute processes.",
+                              "nvmlDeviceGetComputeRunningProcesses.usedGpuMemory", "bytes")),
+        ("sm_active", _g("fleetscope_gpu_sm_active_ratio", "Share of SMs busy between two GPM samples (Hopper+).",
+                         "NVML_GPM_METRIC_SM_UTIL", "ratio", 0.01)),
+        ("sm_occupancy", _g("fleetscope_gpu_sm_occupancy_ratio",
+                            "Resident warps relative to the theoretical maximum (GPM, Hopper+).",
+                            "NVML_GPM_METRIC_SM_OCCUPANCY", "ratio", 0.01)),
+        ("tensor_active", _g("fleetscope_gpu_tensor_active_ratio",
+                             "Share of time the SMs ran any tensor-core work (GPM, Hopper+).",
+                             "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "ratio", 0.01)),
+        ("dram_active", _g("fleetscope_gpu_dram_active_ratio",
+                           "DRAM bandwidth used relative to the theoretical maximum (GPM, Hopper+).",
+                           "NVML_GPM_METRIC_DRAM_BW_UTIL", "ratio", 0.01)),
+        ("lost", _g("fleetscope_gpu_lost", "1 if NVML reports the GPU lost (GPU_IS_LOST: fallen off the bus), else 0.",
+                    "NVML_ERROR_GPU_IS_LOST")),
+        ("nvml_devices", MetricSpec("fleetscope_gpu_nvml_devices", "gauge", "GPUs NVML enumerates on this node.",
+                                    raw="nvmlDeviceGetCount")),
+    ],
+)
+
+# Field ids (nvml.h) read in one batch: table key (+ extra labels) per id.
+SCALAR_FIELDS: dict[int, tuple[str, tuple[str, ...]]] = {
+    3: ("ecc_errors", ("corrected", "volatile")),
+    4: ("ecc_errors", ("uncorrected", "volatile")),
+    5: ("ecc_errors", ("corrected", "aggregate")),
+    6: ("ecc_errors", ("uncorrected", "aggregate")),
+    29: ("retired_pages", ("single_bit",)),
+    30: ("retired_pages", ("double_bit",)),
+    31: ("retired_pages_pending", ()),
+    82: ("memory_temperature", ()),
+    83: ("energy", ()),
+    94: ("pcie_replays", ()),
+    142: ("remapped_rows", ("correctable",)),
+    143: ("remapped_rows", ("uncorrectable",)),
+    144: ("row_remap_pending", ()),
+    145: ("row_remap_failed", ()),
+    74: ("throttle_seconds", ("sw_power_cap",)),
+    76: ("throttle_seconds", ("sync_boost",)),
+    269: ("throttle_seconds", ("sw_thermal",)),
+    270: ("throttle_seconds", ("hw_thermal",)),
+    271: ("throttle_seconds", ("hw_power_brake",)),
+    230: ("recovery_action", ()),
+}
+FIELD_NVLINK_LINK_COUNT = 91
+FIELD_NVLINK_STATE = 165
+NVLINK_ERROR_FIELDS = {161: "replay", 162: "recovery", 163: "crc"}
+THROTTLE_REASONS = {
+    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
+    "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
+}
+CLOCKS = {"graphics": 0, "sm": 1, "memory": 2}
+GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",
+                 9: "hopper", 10: "blackwell"}
+# Error events worth a watch besides Xid: ECC, retirement, unavailability, recovery action.
+WATCHED_EVENTS = 0x1 | 0x2 | 0x8 | 0x200 | 0x400 | 0x800 | 0x4000 | 0x8000
+EVENT_XID = 0x8
+EVENT_WAIT_MS = 500
+
+
+class GpuLost(Exception):
+    """NVML answered GPU_IS_LOST for this GPU."""
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    uuid: str = ""
+    name: str = ""
+    serial: str = ""
+    pci_bus_id: str = ""
+    pci: PciAddress | None = None
+    vbios_version: str = ""
+    mig_mode: str = ""
+    architecture: str = ""
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU's reading: table key -> raw value, and labelled values keyed by their extra labels."""
+
+    identity: GpuIdentity
+    scalars: Mapping[str, float] = field(default_factory=dict)
+    labelled: Mapping[str, Mapping[tuple[str, ...], float]] = field(default_factory=dict)
+    processes: tuple[GpuProcess, ...] = ()
+    nvlink_links: int = 0
+
+
+@dataclass(frozen=True)
+class NvmlReading:
+    driver_version: str
+    nvml_version: str
+    device_count: int
+    samples: tuple[GpuSample, ...]
+    lost: tuple[GpuIdentity, ...]
+
+
+class NvmlSource:
+    """Owns the NVML session, the per-GPU state (handles, lost GPUs, GPM samples) and the event watcher."""
+
+    def __init__(self, lost_retry: float = 60.0, on_xid: Callable[[XidSighting], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.lost_retry = lost_retry
+        self._on_xid = on_xid
+        self._clock = clock
+        self._nvml: Any = None
+        self._lock = threading.Lock()
+        self._identities: dict[int, GpuIdentity] = {}
+        self._handles: dict[int, Any] = {}
+        self._lost_since: dict[int, float] = {}
+        self._missing: set[str] = set()  # wrappers whose symbol the driver lacks
+        self._quiet: set[tuple[int, str]] = set()  # (gpu, call) already logged as unsupported/failing
+        self._gpm_supported: dict[int, bool] = {}
+        self._gpm_previous: dict[int, Any] = {}
+        self._nvlink_links: dict[int, int] = {}
+        self._versions = ("", "")
+        self._watcher: EventWatcher | None = None
+
+    # -- session -----------------------------------------------------------------------------------
+
+    def _open(self) -> Any:
+        if self._nvml is not None:
+            return self._nvml
+        try:
+            import pynvml  # lazy: nodes without the collector never load the binding
+        except ImportError as exc:
+            raise NoHardware(f"nvidia-ml-py is not installed: {exc}") from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NoHardware(f"NVML unavailable: {exc}") from None
+        self._nvml = pynvml
+        driver = self._attempt(-1, "driver_version", pynvml.nvmlSystemGetDriverVersion) or ""
+        nvml_version = self._attempt(-1, "nvml_version", pynvml.nvmlSystemGetNVMLVersion) or ""
+        self._versions = (str(driver), str(nvml_version))
+        return pynvml
+
+    def close(self) -> None:
+        with self._lock:
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
+            if self._nvml is not None:
+                for sample in self._gpm_previous.values():
+                    self._attempt(-1, "gpm_free", self._nvml.nvmlGpmSampleFree, sample)
+                self._gpm_previous.clear()
+                try:
+                    self._nvml.nvmlShutdown()
+                except self._nvml.NVMLError:
+                    pass
+                self._nvml = None
+
+    # -- isolated calls ----------------------------------------------------------------------------
+
+    def _attempt(self, gpu: int, key: str, call: Callable[..., Any], *args: Any) -> Any:
+        """One NVML call: its value, or None when unsupported/missing/failing. GPU_IS_LOST raises GpuLost."""
+        nvml = self._nvml
+        if key in self._missing:
+            return None
+        try:
+            return call(*args)
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost(gpu) from None
+        except nvml.NVMLError_FunctionNotFound:
+            logger.debug("NVML: %s is not in this driver; falling back", key)
+            self._missing.add(key)
+        except nvml.NVMLError as exc:
+            if (gpu, key) not in self._quiet:
+                self._quiet.add((gpu, key))
+                level = logging.DEBUG if isinstance(exc, nvml.NVMLError_NotSupported) else logging.WARNING
+                logger.log(level, "NVML: gpu %s: %s: %s", gpu, key, exc)
+        except Exception as exc:  # a binding/driver mismatch must cost one value, not the GPU
+            if (gpu, key) not in self._quiet:
+                self._quiet.add((gpu, key))
+                logger.warning("NVML: gpu %s: %s: %s: %s", gpu, key, type(exc).__name__, exc)
+        return None
+
+    def _first(self, gpu: int, *alternatives: tuple[str, Callable[[], Any]]) -> Any:
+        """Newest call first; an older one only when the newer symbol is missing from the driver."""
+        for key, call in alternatives:
+            if key in self._missing:
+                continue
+            value = self._attempt(gpu, key, call)
+            if value is not None or key not in self._missing:
+                return value
+        return None
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(self) -> NvmlReading:
+        with self._lock:
+            nvml = self._open()
+            try:
+                count = nvml.nvmlDeviceGetCount()
+            except nvml.NVMLError as exc:
+                raise NoHardware(f"NVML cannot count GPUs: {exc}") from None
+            samples: list[GpuSample] = []
+            lost: list[GpuIdentity] = []
+            now = self._clock()
+            for index in range(count):
+                since = self._lost_since.get(index)
+                if since is not None and now - since < self.lost_retry:
+                    lost.append(self._identities.get(index, GpuIdentity(index)))
+                    continue
+                try:
+                    samples.append(self._read_gpu(index))
+                    if since is not None:
+                        logger.warning("NVML: gpu %d is back", index)
+                    self._lost_since.pop(index, None)
+                except GpuLost:
+                    if since is None:
+                        logger.error("NVML: gpu %d is lost (GPU_IS_LOST); retrying every %.0fs", index, self.lost_retry)
+                    self._lost_since[index] = now
+                    self._gpm_previous.pop(index, None)
+                    lost.append(self._identities.get(index, GpuIdentity(index)))
+            if self._on_xid is not None and self._watcher is None:
+                # Started once handles and PCI addresses are known, so every event can be attributed.
+                self._watcher = EventWatcher(self, self._on_xid)
+                self._watcher.start()
+            return NvmlReading(self._versions[0], self._versions[1], count, tuple(samples), tuple(lost))
+
+    def lost_indices(self) -> set[int]:
+        return set(self._lost_since)
+
+    def handle_index(self, handle: Any) -> int | None:
+        address = ctypes.cast(handle, ctypes.c_void_p).value
+        for index, known in self._handles.items():
+            if ctypes.cast(known, ctypes.c_void_p).value == address:
+                return index
+        return None
+
+    def identity(self, index: int) -> GpuIdentity | None:
+        return self._identities.get(index)
+
+    def handles(self) -> dict[int, Any]:
+        return {i: h for i, h in self._handles.items() if i not in self._lost_since}
+
+    def _identify(self, index: int, handle: Any) -> GpuIdentity:
+        nvml = self._nvml
+        uuid = self._attempt(index, "uuid", nvml.nvmlDeviceGetUUID, handle) or ""
+        pci_info = self._attempt(index, "pci_info", nvml.nvmlDeviceGetPciInfo, handle)
+        bus_id = pci_info.busId.decode() if pci_info is not None and isinstance(pci_info.busId, bytes) else (
+            str(pci_info.busId) if pci_info is not None else "")
+        mig = self._attempt(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+        arch = self._attempt(index, "architecture", nvml.nvmlDeviceGetArchitecture, handle)
+        try:
+            pci = PciAddress.parse(bus_id) if bus_id else None
+        except ValueError:
+            pci = None
+        return GpuIdentity(
+            index=index, uuid=str(uuid), name=str(self._attempt(index, "name", nvml.nvmlDeviceGetName, handle) or ""),
+            serial=str(self._attempt(index, "serial", nvml.nvmlDeviceGetSerial, handle) or ""),
+            pci_bus_id=bus_id, pci=pci,
+            vbios_version=str(self._attempt(index, "vbios", nvml.nvmlDeviceGetVbiosVersion, handle) or ""),
+            mig_mode="" if mig is None else ("enabled" if mig[0] else "disabled"),
+            architecture="" if arch is None else ARCHITECTURES.get(int(arch), str(arch)),
+        )
+
+    def _read_gpu(self, index: int) -> GpuSample:
+        nvml = self._nvml
+        handle = self._handles.get(index)
+        if handle is None or index in self._lost_since:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            except nvml.NVMLError_GpuIsLost:
+                raise GpuLost(index) from None
+            self._handles[index] = handle
+        if index not in self._identities or index in self._lost_since:
+            self._identities[index] = self._identify(index, handle)
+        identity = self._identities[index]
+        scalars: dict[str, float] = {}
+        labelled: dict[str, dict[tuple[str, ...], float]] = {}
+
+        def put(key: str, value: Any, labels: tuple[str, ...] = ()) -> None:
+            if value is None:
+                return
+            if labels:
+                labelled.setdefault(key, {})[labels] = float(value)
+            else:
+                scalars[key] = float(value)
+
+        def a(key: str, call: Callable[..., Any], *args: Any) -> Any:
+            return self._attempt(index, key, call, handle, *args)
+
+        util = a("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        if util is not None:
+            put("utilization", util.gpu)
+            put("memory_utilization", util.memory)
+        memory = self._first(
+            index,
+            ("memory_v2", lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)),
+            ("memory_v1", lambda: nvml.nvmlDeviceGetMemoryInfo(handle)),
+        )
+        if memory is not None:
+            put("memory_total", memory.total)
+            put("memory_free", memory.free)
+            put("memory_used", memory.used)
+            put("memory_reserved", getattr(memory, "reserved", None))
+        put("temperature", self._first(
+            index,
+            ("temperature_v", lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)),
+            ("temperature", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        ))
+        put("slowdown_temperature", a("threshold_slowdown", nvml.nvmlDeviceGetTemperatureThreshold,
+                                      nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+        put("shutdown_temperature", a("threshold_shutdown", nvml.nvmlDeviceGetTemperatureThreshold,
+                                      nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
+        put("power", a("power", nvml.nvmlDeviceGetPowerUsage))
+        put("power_limit", a("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit))
+        for clock, clock_type in CLOCKS.items():
+            put("clock", a(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
+            put("clock_max", a(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
+        reasons = self._first(
+            index,
+            ("clocks_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+            ("clocks_throttle_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)),
+        )
+        if reasons is not None:
+            for reason, bit in THROTTLE_REASONS.items():
+                put("throttle_active", 1 if int(reasons) & bit else 0, (reason,))
+        for key, call in (("pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                          ("pcie_max_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                          ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
+                          ("pcie_max_width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
+                          ("performance_state", nvml.nvmlDeviceGetPerformanceState),
+                          ("fan_speed", nvml.nvmlDeviceGetFanSpeed)):
+            put(key, a(key, call))
+        put("pcie_throughput", a("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES), ("tx",))
+        put("pcie_throughput", a("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES), ("rx",))
+        self._read_fields(index, handle, put)
+        processes = self._first(
+            index,
+            ("processes_v3", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle)),
+            ("processes_v2", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(handle)),
+        )
+        procs: tuple[GpuProcess, ...] = ()
+        if processes is not None:
+            procs = tuple(GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                          for p in processes)
+            put("processes", len(procs))
+            put("process_memory", sum(p.used_bytes or 0 for p in procs))
+        self._read_gpm(index, handle, put)
+        return GpuSample(identity, scalars, labelled, procs, self._nvlink_links.get(index, 0))
+
+    def _field_values(self, index: int, handle: Any, ids: list[Any]) -> dict[tuple[int, int], float] | None:
+        """Batched field values: (field, scope) -> value for those the GPU answered; None if the call is missing."""
+        nvml = self._nvml
+        values = self._attempt(index, "field_values", nvml.nvmlDeviceGetFieldValues, handle, ids)
+        if values is None:
+            return None if "field_values" in self._missing else {}
+        out: dict[tuple[int, int], float] = {}
+        for item in values:
+            if item.nvmlReturn != nvml.NVML_SUCCESS:
+                if (index, f"field {item.fieldId}") not in self._quiet:
+                    self._quiet.add((index, f"field {item.fieldId}"))
+                    logger.debug("NVML: gpu %d: field %d: %s", index, item.fieldId, nvml.NVMLError(item.nvmlReturn))
+                continue
+            out[(int(item.fieldId), int(item.scopeId))] = _field_value(item)
+        return out
+
+    def _read_fields(self, index: int, handle: Any, put: Callable[..., None]) -> None:
+        nvml = self._nvml
+        fields = self._field_values(index, handle, list(SCALAR_FIELDS) + [FIELD_NVLINK_LINK_COUNT])
+        if fields is None:
+            fields = {}  # a driver without field values: the per-call fallbacks below still answer
+        for field_id, (key, labels) in SCALAR_FIELDS.items():
+            put(key, fields.get((field_id, 0)), labels)
+        if (83, 0) not in fields:
+            put("energy", self._attempt(index, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+        if (94, 0) not in fields:
+            put("pcie_replays", self._attempt(index, "pcie_replays", nvml.nvmlDeviceGetPcieReplayCounter, handle))
+        if (142, 0) not in fields:
+            rows = self._attempt(index, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, handle)
+            if rows is not None:
+                put("remapped_rows", rows[0], ("correctable",))
+                put("remapped_rows", rows[1], ("uncorrectable",))
+                put("row_remap_pending", rows[2])
+                put("row_remap_failed", rows[3])
+        links = int(fields.get((FIELD_NVLINK_LINK_COUNT, 0), 0))
+        if not links:
+            return
+        self._nvlink_links[index] = links
+        per_link = [(fid, link) for link in range(links) for fid in (FIELD_NVLINK_STATE, *NVLINK_ERROR_FIELDS)]
+        link_fields = self._field_values(index, handle, per_link) or {}
+        for link in range(links):
+            state = link_fields.get((FIELD_NVLINK_STATE, link))
+            if state is None:
+                state = self._attempt(index, "nvlink_state", nvml.nvmlDeviceGetNvLinkState, handle, link)
+            put("nvlink_up", None if state is None else (1 if state else 0), (str(link),))
+            for field_id, error in NVLINK_ERROR_FIELDS.items():
+                put("nvlink_errors", link_fields.get((field_id, link)), (str(link), error))
+
+    def _read_gpm(self, index: int, handle: Any, put: Callable[..., None]) -> None:
+        nvml = self._nvml
+        if index not in self._gpm_supported:
+            support = self._attempt(index, "gpm_support", nvml.nvmlGpmQueryDeviceSupport, handle)
+            self._gpm_supported[index] = bool(support is not None and support.isSupportedDevice)
+        if not self._gpm_supported[index]:
+            return
+        sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+        if sample is None:
+            return
+        if self._attempt(index, "gpm_sample", nvml.nvmlGpmSampleGet, handle, sample) is None:
+            self._attempt(index, "gpm_free", nvml.nvmlGpmSampleFree, sample)
+            return
+        previous = self._gpm_previous.get(index)
+        self._gpm_previous[index] = sample
+        if previous is None:
+            return  # the first sample: ratios need two
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = previous, sample
+        for slot, metric_id in enumerate(GPM_METRICS):
+            request.metrics[slot].metricId = metric_id
+        result = self._attempt(index, "gpm_metrics", nvml.nvmlGpmMetricsGet, request)
+        self._attempt(index, "gpm_free", nvml.nvmlGpmSampleFree, previous)
+        if result is None:
+            return
+        for slot, key in enumerate(GPM_METRICS.values()):
+            metric = result.metrics[slot]
+            if metric.nvmlReturn == nvml.NVML_SUCCESS:
+                put(key, metric.value)
+
+
+def _field_value(item: Any) -> float:
+    kind = int(item.valueType)
+    union = item.value
+    return float({0: union.dVal, 1: union.uiVal, 2: union.ulVal, 3: union.ullVal, 4: union.sllVal,
+                  5: union.siVal, 6: union.usVal}.get(kind, union.ullVal))
+
+
+class EventWatcher:
+    """NVML error events on a background thread: Xids go to ``on_xid``; re-registers after a GPU loss."""
+
+    def __init__(self, source: NvmlSource, on_xid: Callable[[XidSighting], None], retry: float = 1.0) -> None:
+        self._source = source
+        self._on_xid = on_xid
+        self._retry = retry
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * EVENT_WAIT_MS / 1000)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch_once()
+            except Exception as exc:  # the watcher must outlive any driver trouble
+                logger.warning("NVML event watcher: %s; re-registering", exc)
+            self._stop.wait(self._retry)
+
+    def _register(self, nvml: Any, event_set: Any) -> int:
+        registered = 0
+        for index, handle in self._source.handles().items():
+            try:
+                wanted = nvml.nvmlDeviceGetSupportedEventTypes(handle) & WATCHED_EVENTS
+                if wanted:
+                    nvml.nvmlDeviceRegisterEvents(handle, wanted, event_set)
+                    registered += 1
+            except nvml.NVMLError as exc:
+                logger.debug("NVML events: gpu %d not registered: %s", index, exc)
+        return registered
+
+    def _watch_once(self) -> None:
+        nvml = self._source._nvml
+        if nvml is None:
+            return
+        event_set = nvml.nvmlEventSetCreate()
+        try:
+            if not self._register(nvml, event_set):
+                return
+            while not self._stop.is_set():
+                try:
+                    data = nvml.nvmlEventSetWait_v2(event_set, EVENT_WAIT_MS)
+                except nvml.NVMLError_Timeout:
+                    continue
+                if data.eventType & EVENT_XID:
+                    self._deliver(nvml, data)
+        finally:
+            try:
+                nvml.nvmlEventSetFree(event_set)
+            except nvml.NVMLError:
+                pass
+
+    def _deliver(self, nvml: Any, data: Any) -> None:
+        index = self._source.handle_index(data.device)
+        if index is None:
+            try:
+                index = nvml.nvmlDeviceGetIndex(data.device)
+            except nvml.NVMLError:
+                return
+        identity = self._source.identity(index)
+        if identity is None or identity.pci is None:
+            return
+        self._on_xid(XidSighting(identity.pci, int(data.eventData), time.time(), "nvml"))
