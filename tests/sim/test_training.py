@@ -64,10 +64,13 @@ def test_hang_stops_the_first_rank_then_the_rest():
     assert job.busy() == 0.0
 
 
-def test_a_dead_rank_stops_and_blocks_the_others():
-    faults = parse_schedule([{"kind": "rank_dies", "at": 100, "job": "job-a", "rank": 3}])
+def test_a_dead_rank_stops_at_once_and_blocks_the_others_later():
+    faults = parse_schedule([{"kind": "rank_dies", "at": 100, "job": "job-a", "rank": 3,
+                              "params": {"block_after": 60}}])
     job, records = _run(faults, seconds=300)
-    assert max(r["timestamp"] for r in records) - 1_700_000_000.0 <= 100
+    last = {rank: max(r["timestamp"] for r in records if r["rank"] == rank) - 1_700_000_000.0 for rank in range(16)}
+    assert last[3] <= 100
+    assert all(150 < t <= 160 for rank, t in last.items() if rank != 3)
     assert not job.ranks[3].alive and all(s.alive for s in job.ranks if s.rank != 3)
 
 

@@ -63,8 +63,10 @@ KINDS: dict[str, FaultKind] = {
                   {"slowdown": 1.3}),
         FaultKind("job_hang", "job", "All ranks stop making progress, params.first_rank first, the rest after params.lag s.",
                   {"first_rank": 0, "lag": 10.0}),
-        FaultKind("rank_dies", "rank", "One rank's process dies: it stops pushing; the others block in the next collective.",
-                  {}),
+        FaultKind("rank_dies", "rank",
+                  "One rank's process dies and stops pushing; the others keep stepping for params.block_after s "
+                  "(other pipeline/data groups, elastic restarts) and then block.",
+                  {"block_after": 100.0}),
     )
 }
 

@@ -38,6 +38,13 @@ def node_config(paths: NodePaths, listen: str, interval: float, extra: Mapping[s
         if not entry.live:
             flags[f"collector.{name}.interval"] = interval
             flags[f"collector.{name}.timeout"] = max(1.0, interval * 0.8)
+    try:
+        with open(paths.node_info, encoding="utf-8") as handle:
+            info = json.load(handle)
+        flags["gpu.expected-count"] = info["gpu_count"]
+        flags["efa.expected-count"] = info["efa_count"]
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("no expected device counts from %s: %s", paths.node_info, exc)
     flags.update(extra or {})
     return load(flags, environ={})
 

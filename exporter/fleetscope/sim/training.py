@@ -100,8 +100,10 @@ class JobModel:
                 for state in self.ranks:
                     if state.rank == fault.rank:
                         state.alive = False
-                    # The survivors block in the next collective waiting for it.
-                    state.stalled = True
+                        state.stalled = True
+                    elif now >= fault.at + fault.param("block_after"):
+                        # Sooner or later the survivors need the dead rank in a collective and block.
+                        state.stalled = True
             elif fault.kind == "job_hang":
                 first = int(fault.param("first_rank"))
                 for state in self.ranks:

@@ -60,6 +60,10 @@ class NodePaths:
         return os.path.join(self.root, "ena.json")
 
     @property
+    def node_info(self) -> str:
+        return os.path.join(self.root, "node.json")
+
+    @property
     def jobs_dir(self) -> str:
         return os.path.join(self.root, "jobs")
 
@@ -110,6 +114,11 @@ class TreeWriter:
         os.makedirs(self.paths.jobs_dir, exist_ok=True)
         open(self.paths.kmsg, "a").close()
         model = self.model
+        # What the node's daemon is configured to expect, as a provisioning tool would set it.
+        self._write(self.paths.node_info, json.dumps({
+            "name": model.name, "instance_type": model.profile.instance_type,
+            "gpu_count": model.profile.gpu_count, "efa_count": model.profile.efa_count,
+        }))
         device_id = EFA_PCI_DEVICE_IDS.get(model.profile.instance_type, "0xefa1")
         drivers = self._sys("bus", "pci", "drivers")
         for numa, efa in enumerate(model.efa):
