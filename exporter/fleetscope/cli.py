@@ -28,6 +28,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "demo": "fleetscope.sim.cli:register_demo",
     "simulate-node": "fleetscope.sim.cli:register_node",
     "rules": "fleetscope.rules.cli:register",
+    "dashboards": "fleetscope.dashboards.cli:register",
 }
 
 EXIT_CONFIG = 3
