@@ -1,0 +1,127 @@
+"""The systemd unit, its install script, the shipped configs and shellcheck over every deploy script."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetscope.config import load
+from tests.conftest import require_binary
+from tests.deploy.manifests import REPO
+
+SYSTEMD = REPO / "deploy" / "systemd"
+UNIT = SYSTEMD / "fleetscope.service"
+SCRIPTS = sorted((REPO / "deploy").rglob("*.sh"))
+
+
+def unit_settings() -> dict[str, list[str]]:
+    """Every Key=value of the [Service] section, repeated keys kept in order."""
+    settings: dict[str, list[str]] = {}
+    section = ""
+    for raw in UNIT.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        if section == "Service":
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_every_deploy_script_passes_shellcheck() -> None:
+    shellcheck = require_binary("shellcheck")
+    assert len(SCRIPTS) >= 5
+    result = subprocess.run([shellcheck, "--severity=style", *map(str, SCRIPTS)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout
+
+
+def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = require_binary("systemd-analyze")
+    fleetscope = shutil.which("fleetscope") or pytest.fail("the fleetscope entry point is not installed")
+    # verify insists that ExecStart exists; point it at this machine's entry point.
+    unit = tmp_path / "fleetscope.service"
+    unit.write_text(UNIT.read_text().replace("/opt/fleetscope/venv/bin/fleetscope", fleetscope))
+    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    # Unknown keys and bad values are only warnings (exit 0): any output is a failure.
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+
+
+def test_hardening_keeps_nvml_proc_and_kmsg_reachable() -> None:
+    settings = unit_settings()
+    assert settings["User"] == ["root"]
+    assert settings["NoNewPrivileges"] == ["yes"] and settings["ProtectSystem"] == ["strict"]
+    # These would hide /dev/nvidia*, other users' /proc/<pid>, /proc/net or /dev/kmsg.
+    for key in ("PrivateDevices", "ProtectClock", "ProtectKernelLogs", "ProtectProc", "ProcSubset", "DynamicUser",
+                "PrivateUsers", "PrivateNetwork"):
+        assert key not in settings, f"{key} breaks the daemon"
+    allowed = settings["DeviceAllow"]
+    assert "char-nvidia* rw" in allowed and "/dev/kmsg r" in allowed
+    capabilities = settings["CapabilityBoundingSet"][0].split()
+    assert {"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"} <= set(capabilities), "needed for other users' /proc/<pid>/environ"
+    assert "CAP_SYS_ADMIN" not in capabilities
+
+
+def test_unit_starts_the_daemon_with_the_installed_config() -> None:
+    (exec_start,) = unit_settings()["ExecStart"]
+    argv = exec_start.split()
+    assert argv[1] == "serve" and "--config=/etc/fleetscope/config.yaml" in argv
+
+
+@pytest.mark.parametrize("path", [SYSTEMD / "config.yaml", REPO / "deploy" / "kubernetes" / "base" / "config.yaml"])
+def test_shipped_daemon_configs_are_accepted(path: Path) -> None:
+    config = load(environ={}, yaml_path=str(path))
+    assert config.web.listen_address.endswith(":9402")
+
+
+def test_tmpfiles_recreates_the_jobs_dir_the_daemon_reads() -> None:
+    lines = [line.split() for line in (SYSTEMD / "fleetscope.tmpfiles.conf").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert ["d", load(environ={}).gpu.jobs_dir, "0755", "root", "root", "-"] in lines
+
+
+def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        # Reuse this interpreter's packages so the test needs no downloads.
+        "VENV_ARGS": "--system-site-packages",
+        "PIP_ARGS": "--no-deps",
+    }
+    run = lambda: subprocess.run(["bash", str(SYSTEMD / "install.sh"), "--root", str(root), "--no-start"],  # noqa: E731
+                                 env=env, capture_output=True, text=True, timeout=300)
+    result = run()
+    assert result.returncode == 0, result.stderr
+    binary = root / "opt" / "fleetscope" / "venv" / "bin" / "fleetscope"
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("fleetscope ")
+    assert (root / "etc" / "systemd" / "system" / "fleetscope.service").read_text() == UNIT.read_text()
+    for script in ("healthcheck.sh", "prolog.sh", "epilog.sh", "task-prolog.sh"):
+        assert os.access(root / "opt" / "fleetscope" / "slurm" / script, os.X_OK)
+    # A second run keeps the operator's edited config.
+    config = root / "etc" / "fleetscope" / "config.yaml"
+    config.write_text("gpu:\n  expected-count: 8\n")
+    assert run().returncode == 0
+    assert config.read_text() == "gpu:\n  expected-count: 8\n"
+    # And refuses a config the daemon would reject, before touching systemd.
+    config.write_text("gpu:\n  expected-cuont: 8\n")
+    refused = run()
+    assert refused.returncode == 1 and "not accepted" in refused.stderr
+
+
+def test_unit_file_is_plain_ini() -> None:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(UNIT.read_text())
+    assert {"Unit", "Service", "Install"} <= set(parser.sections())
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
