@@ -15,7 +15,7 @@ imports this at run time.
 from __future__ import annotations
 
 import os
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 
 class _Directory:
@@ -27,7 +27,7 @@ class _Directory:
 
 DIRECTORY = _Directory()
 
-CounterValue = Union[int, str, _Directory]
+CounterValue = int | str | _Directory
 
 EFA_VENDOR = "0x1d0f"
 # Counters that AWS names per scope since the 2021 split (amzn-drivers efa_verbs.c), in sysfs order.
@@ -218,9 +218,9 @@ def write_netdev(
         "operstate": operstate, "carrier": carrier, "carrier_changes": carrier_changes, "speed": speed,
         "mtu": mtu, "address": address, "type": 772 if name == "lo" else 1,
     }
-    for attr, value in attrs.items():
-        if value is not None:
-            _write(os.path.join(net_dir, attr), value)
+    for attr, attr_value in attrs.items():
+        if attr_value is not None:
+            _write(os.path.join(net_dir, attr), attr_value)
     if pci_address:
         pci_relative = write_pci_function(
             sys_root, pci_address, vendor=vendor, device_id=device_id, driver=driver, numa_node=numa_node,

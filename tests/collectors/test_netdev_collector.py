@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fleetscope.collectors.netdev import NetdevCollector, netdev_families, netdev_findings
 from fleetscope.config import load

@@ -17,8 +17,9 @@ query the device, and values are cached only for ``lifespan`` ms.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, TypeVar
+from typing import Literal, TypeVar
 
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.spec import MetricSpec, table

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.spec import MetricSpec, table

@@ -9,8 +9,8 @@ the daemon must run in the host's (hostNetwork) to see the node's counters.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root, Unreadable
