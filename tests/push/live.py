@@ -40,7 +40,9 @@ class LiveDaemon:
 
 
 @contextmanager
-def running_daemon(flags: dict[str, Any] | None = None, clock: Callable[[], float] = time.time) -> Iterator[LiveDaemon]:
+def running_daemon(
+    flags: dict[str, Any] | None = None, clock: Callable[[], float] = time.time, port: int = 0,
+) -> Iterator[LiveDaemon]:
     import uvicorn
 
     config = load(flags=flags or {}, environ={})
@@ -48,7 +50,7 @@ def running_daemon(flags: dict[str, Any] | None = None, clock: Callable[[], floa
     daemon = build_daemon(config, collectors={"steps": collector})
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(daemon.app, log_level="warning", access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import time
+
+from fleetscope.client.sender import RecordBuffer, Sender
+from tests.conftest import free_port
+from tests.push.live import running_daemon
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_buffer_drops_oldest_and_counts() -> None:
+    buffer = RecordBuffer(3)
+    for i in range(5):
+        buffer.put({"i": i})
+    assert buffer.dropped == 2 and buffer.enqueued == 5
+    assert [r["i"] for r in buffer.take(10)] == [2, 3, 4]
+
+
+def test_given_back_batch_goes_first_and_only_its_oldest_overflow() -> None:
+    buffer = RecordBuffer(4)
+    batch = [{"i": i} for i in range(3)]
+    buffer.put({"i": 3})
+    buffer.put({"i": 4})
+    buffer.give_back(batch)  # room for 2 of the 3: record 0, the oldest, is dropped
+    assert buffer.dropped == 1
+    assert [r["i"] for r in buffer.take(10)] == [1, 2, 3, 4]
+
+
+def test_sender_retries_until_the_daemon_comes_up() -> None:
+    port = free_port()
+    sender = Sender(f"http://127.0.0.1:{port}", batch_size=10, flush_interval=0.05, timeout=1.0, max_backoff=0.2)
+    for step in range(25):
+        sender.put({"job": "late", "rank": 0, "step": step, "step_seconds": 0.5})
+    assert wait_for(lambda: sender.stats().failures >= 1)
+    with running_daemon(port=port) as daemon:
+        assert wait_for(lambda: sender.stats().sent == 25)
+        assert daemon.value("fleetscope_training_steps_total", training_job="late") == 25
+    stats = sender.stats()
+    assert (stats.dropped, stats.rejected, stats.pending) == (0, 0, 0)
+    sender.close(1)
+
+
+def test_refused_records_are_dropped_not_retried_forever() -> None:
+    with running_daemon() as daemon:
+        sender = Sender(daemon.url, batch_size=5, flush_interval=0.05)
+        sender.put({"job": "bad", "rank": -1, "step": 0, "step_seconds": 1})
+        sender.put({"job": "bad", "rank": 0, "step": 0, "step_seconds": 1})
+        sender.close(10)
+        stats = sender.stats()
+        assert (stats.sent, stats.rejected, stats.pending) == (0, 2, 0)  # the batch is all-or-nothing
+        assert daemon.value("fleetscope_push_rejected_total", reason="invalid") == 1
+
+
+def test_token_is_sent() -> None:
+    with running_daemon({"push.token": "t0ken"}) as daemon:
+        good = Sender(daemon.url, token="t0ken")
+        good.put({"job": "auth", "rank": 0, "step": 1, "step_seconds": 1})
+        good.close(10)
+        assert good.stats().sent == 1
+        bad = Sender(daemon.url, token="wrong")
+        bad.put({"job": "auth", "rank": 0, "step": 2, "step_seconds": 1})
+        bad.close(10)
+        assert bad.stats().rejected == 1
