@@ -6,8 +6,10 @@ Kubernetes objects that carry ``alerts/`` and ``dashboards/`` are written
 here, next to the kustomizations that list them:
 
 * ``components/prometheus-operator/prometheusrule.yaml``: one PrometheusRule
-  per plain rule file ``alerts/*.rules.yml``; ``spec`` is the file's content
-  (the PrometheusRule CRD's spec has the rule file's shape).
+  per plain rule file ``alerts/<name>.rules.yml``; ``spec`` is the file's
+  content (the PrometheusRule CRD's spec has the rule file's shape). Variants
+  with a dotted name, such as ``fleetscope.e2e.rules.yml`` (shortened
+  durations for the end-to-end tests), are not deployed.
 * ``base/dashboards.yaml``: one ConfigMap per ``dashboards/*.json``, labelled
   ``grafana_dashboard: "1"`` for the Grafana sidecar; the data value is the
   file's exact text.
@@ -51,13 +53,15 @@ class Output:
     text: str
 
 
+RULE_FILE_RE = re.compile(r"[^.]+\.rules\.ya?ml")
+
+
 def rule_files(repo: Path) -> list[Path]:
-    """Plain Prometheus rule files; the PrometheusRule flavour is skipped so no rule appears twice."""
+    """Deployable plain rule files: ``<name>.rules.yml``, not test variants or the PrometheusRule flavour."""
     alerts = repo / "alerts"
     if not alerts.is_dir():
         return []
-    found = [p for p in alerts.iterdir() if p.is_file() and re.fullmatch(r".+\.rules\.ya?ml", p.name)]
-    return sorted(found)
+    return sorted(p for p in alerts.iterdir() if p.is_file() and RULE_FILE_RE.fullmatch(p.name))
 
 
 def dashboard_files(repo: Path) -> list[Path]:
@@ -67,12 +71,12 @@ def dashboard_files(repo: Path) -> list[Path]:
     return sorted(p for p in dashboards.iterdir() if p.is_file() and p.suffix == ".json")
 
 
-def object_name(prefix: str, stem: str) -> str:
-    """A DNS-1123 name from a file stem (``GPU_Health`` -> ``fleetscope-dashboard-gpu-health``)."""
+def object_name(stem: str, suffix: str = "") -> str:
+    """A DNS-1123 name from a file stem: ``GPU_Health`` -> ``fleetscope-gpu-health`` + suffix."""
     slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
     if not slug:
         raise GenerateError(f"{stem!r}: cannot make a Kubernetes name from it")
-    name = f"{prefix}-{slug}"
+    name = (slug if slug.startswith("fleetscope") else f"fleetscope-{slug}") + suffix
     if len(name) > 253:
         raise GenerateError(f"{name}: longer than 253 characters")
     return name
@@ -90,7 +94,7 @@ def prometheus_rule(path: Path) -> dict[str, Any]:
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {
-            "name": object_name("fleetscope", stem) if stem != "fleetscope" else "fleetscope",
+            "name": object_name(stem),
             "namespace": NAMESPACE,
             "labels": dict(COMMON_LABELS),
         },
@@ -110,7 +114,8 @@ def dashboard_configmap(path: Path) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": object_name("fleetscope-dashboard", path.stem),
+            # Same names as fleetscope.dashboards.configmaps(): fleetscope-gpu-health-dashboard.
+            "name": object_name(path.stem, "-dashboard"),
             "namespace": NAMESPACE,
             "labels": {**COMMON_LABELS, "grafana_dashboard": "1"},
             # Folder for sidecars configured with folderAnnotation: grafana_folder.

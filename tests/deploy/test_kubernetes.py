@@ -161,7 +161,9 @@ def test_plain_overlay_needs_no_operator_crds(rendered: dict[str, list[dict[str,
 
 
 def rule_and_dashboard_expectations(repo: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    rules = {p.name: yaml.safe_load(p.read_text()) for p in sorted((repo / "alerts").glob("*.rules.y*ml"))}
+    # Deployed: <name>.rules.yml; dotted variants (fleetscope.e2e.rules.yml) are test presets.
+    plain = [p for p in sorted((repo / "alerts").glob("*.rules.y*ml")) if p.name.count(".") == 2]
+    rules = {p.name: yaml.safe_load(p.read_text()) for p in plain}
     dashboards = {p.name: p.read_text() for p in sorted((repo / "dashboards").glob("*.json"))}
     return rules, dashboards
 
@@ -196,6 +198,15 @@ def test_rendered_manifests_carry_exactly_the_repository_rules_and_dashboards(
         assert shipped["spec"] == rules["fleetscope.rules.yml"]
 
 
+def test_dashboard_configmaps_match_the_dashboards_package(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Same names and data as fleetscope.dashboards.configmaps(), the other way the dashboards ship."""
+    dashboards = pytest.importorskip("fleetscope.dashboards")
+    expected = {c["metadata"]["name"]: c["data"] for c in dashboards.configmaps(REPO / "dashboards")}
+    ours = {c["metadata"]["name"]: c["data"] for c in by_kind(rendered["plain"], "ConfigMap")
+            if c["metadata"]["labels"].get("grafana_dashboard") == "1"}
+    assert ours == expected
+
+
 def write_sample_inputs(repo: Path) -> None:
     (repo / "alerts").mkdir(parents=True)
     (repo / "dashboards").mkdir()
@@ -217,6 +228,7 @@ def write_sample_inputs(repo: Path) -> None:
     )
     (repo / "alerts" / "fleetscope.prometheusrule.yaml").write_text("kind: PrometheusRule\nspec: {groups: []}\n")
     (repo / "alerts" / "extra.rules.yaml").write_text("groups: []\n")
+    (repo / "alerts" / "fleetscope.e2e.rules.yml").write_text("groups: [{name: e2e, rules: []}]\n")
     # Trailing spaces, tabs and unicode must survive the trip through YAML unchanged.
     (repo / "dashboards" / "GPU Health.json").write_text('{\n  "title": "GPU – health" ,  \n\t"panels": []\n}\n')
     (repo / "dashboards" / "training.json").write_text(json.dumps({"title": "Training", "panels": [{"id": 1}]}))
@@ -239,7 +251,8 @@ def test_generator_wraps_rules_and_dashboards_exactly(tmp_path: Path) -> None:
         for obj in objects:
             validate(obj)
     names = sorted(c["metadata"]["name"] for c in by_kind(objects, "ConfigMap") if "grafana_dashboard" in c["metadata"]["labels"])
-    assert names == ["fleetscope-dashboard-gpu-health", "fleetscope-dashboard-training"]
+    assert names == ["fleetscope-gpu-health-dashboard", "fleetscope-training-dashboard"]
+    assert sorted(r["metadata"]["name"] for r in by_kind(objects, "PrometheusRule")) == ["fleetscope", "fleetscope-extra"]
     # A changed dashboard makes --check fail until the generator runs again.
     (repo / "dashboards" / "training.json").write_text('{"title": "Training v2"}')
     assert generator.main(["--repo", str(repo), "--out", str(tree), "--check"]) == 1
