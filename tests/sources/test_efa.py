@@ -212,3 +212,13 @@ def test_device_vanishing_mid_read_is_left_out(tmp_path: object) -> None:
     expected = mk.p4d_efa_values()
     for device in reading.devices:
         assert dict(device.ports[0].counters.values) == expected[device.name][0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_permission_denied_skips_that_counter(tmp_path: object) -> None:
+    root = str(tmp_path)
+    write_efa_device(root, "efa_0", "0000:00:06.0", {"tx_bytes": 10, "rx_bytes": 20}, {"cmds_err": 1})
+    os.chmod(os.path.join(root, "class", "infiniband", "efa_0", "ports", "1", "hw_counters", "rx_bytes"), 0)
+    (device,) = read_efa(Root(root)).devices
+    assert dict(device.ports[0].counters.values) == {"tx_bytes": 10}
+    assert device.ports[0].counters.unreadable == ("rx_bytes",)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -82,3 +83,19 @@ def test_missing_files_are_absent_not_zero(tmp_path: object) -> None:
 
 def test_no_class_net_gives_nothing(tmp_path: object) -> None:
     assert read_netdev(Root(str(tmp_path))) == ()
+
+
+class VanishingRoot(Root):
+    """A sysfs whose interface ``veth0`` is deleted as soon as its statistics are first read."""
+
+    def read_int(self, *parts: str, base: int = 10) -> int:
+        if "veth0" in parts:
+            shutil.rmtree(self.path("class", "net", "veth0"), ignore_errors=True)
+        return super().read_int(*parts, base=base)
+
+
+def test_interface_vanishing_mid_read_is_left_out(tmp_path: object) -> None:
+    root = str(tmp_path)
+    write_netdev(root, "ens5", {"rx_bytes": 1}, pci_address="0000:00:05.0", driver="ena")
+    write_netdev(root, "veth0", {"rx_bytes": 2})
+    assert [i.name for i in read_netdev(VanishingRoot(root))] == ["ens5"]
