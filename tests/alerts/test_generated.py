@@ -1,0 +1,107 @@
+"""The committed rule files are the generator's output, and the generator honours its settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+
+from fleetscope.rules.render import OUTPUTS, render, stale_outputs
+from fleetscope.rules.settings import E2E, PRODUCTION, Settings, seconds
+
+from conftest import ALERTS_DIR, PROMETHEUSRULE_FILE, iter_rules, load_groups
+
+# A raw metric in an expression: not the middle of a recording rule name (level:metric:ops).
+RAW_METRIC = re.compile(r"(?<![\w:])(fleetscope_\w+|up)\b(?!:)(\{[^}]*\})?")
+
+
+def test_committed_files_match_the_generator() -> None:
+    assert stale_outputs(ALERTS_DIR) == [], "run: python3 alerts/generate.py"
+
+
+def test_every_output_is_committed() -> None:
+    assert sorted(OUTPUTS) == sorted(p.name for p in ALERTS_DIR.glob("fleetscope.*.y*ml"))
+
+
+def test_prometheusrule_carries_the_same_groups_as_the_rule_file() -> None:
+    document = yaml.safe_load((ALERTS_DIR / PROMETHEUSRULE_FILE).read_text(encoding="utf-8"))
+    assert document["apiVersion"] == "monitoring.coreos.com/v1"
+    assert document["kind"] == "PrometheusRule"
+    assert document["metadata"]["name"] == "fleetscope"
+    assert document["spec"]["groups"] == load_groups("fleetscope.rules.yml")
+
+
+def test_e2e_preset_is_time_compressed() -> None:
+    groups = load_groups("fleetscope.e2e.rules.yml")
+    assert {group["interval"] for group in groups} == {"5s"}
+    rules = list(iter_rules(groups))
+    assert all(seconds(rule["for"]) <= 60 for rule in rules if "for" in rule)
+    windows = {w for rule in rules for w in re.findall(r"\[(\d+[smhd])\]", rule["expr"])}
+    offsets = {w for rule in rules for w in re.findall(r"offset (\d+[smhd])", rule["expr"])}
+    assert windows and max(seconds(w) for w in windows) <= 120
+    assert offsets and max(seconds(w) for w in offsets) <= 180
+
+
+def test_e2e_preset_keeps_the_production_thresholds() -> None:
+    thresholds = [f.name for f in dataclasses.fields(Settings) if isinstance(getattr(PRODUCTION, f.name), float)]
+    changed = {name for name in thresholds if getattr(PRODUCTION, name) != getattr(E2E, name)}
+    assert changed == {"hang_min_seconds", "hang_max_seconds", "silent_after_seconds"}
+
+
+@pytest.mark.parametrize("fmt", ["rules", "prometheusrule"])
+def test_selector_reaches_every_raw_series(fmt: str) -> None:
+    settings = dataclasses.replace(PRODUCTION, selector='job="gpu-nodes", cluster="c1"')
+    document = yaml.safe_load(render(settings, fmt))  # type: ignore[arg-type]
+    groups = document["spec"]["groups"] if fmt == "prometheusrule" else document["groups"]
+    seen = 0
+    for rule in iter_rules(groups):
+        texts = [rule["expr"], *rule.get("annotations", {}).values()]
+        for text in texts:
+            for match in RAW_METRIC.finditer(text):
+                seen += 1
+                assert match.group(2) and 'job="gpu-nodes", cluster="c1"' in match.group(2), (rule, match.group(0))
+    assert seen > 100
+    assert 'job="fleetscope"' not in render(settings, fmt)  # type: ignore[arg-type]
+
+
+def test_thresholds_and_windows_come_from_settings() -> None:
+    settings = dataclasses.replace(PRODUCTION, straggler_ratio=1.2, rate_window="2m", input_for="7m")
+    rules = {
+        (rule.get("alert") or rule.get("record"), rule.get("labels", {}).get("severity")): rule
+        for rule in iter_rules(yaml.safe_load(render(settings))["groups"])
+    }
+    assert rules[("TrainingStragglerRank", "warning")]["expr"].endswith("> 1.2")
+    assert rules[("TrainingInputBound", "warning")]["for"] == "7m"
+    assert ("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate2m", None) in rules
+    assert "[2m]" in rules[("GpuPcieReplaysHigh", "warning")]["expr"]
+
+
+def test_runbook_base_url_is_configurable() -> None:
+    settings = dataclasses.replace(PRODUCTION, runbook_base_url="https://runbooks.example/fleetscope")
+    document = yaml.safe_load(render(settings))
+    urls = {rule["annotations"]["runbook_url"] for rule in iter_rules(document["groups"]) if "alert" in rule}
+    assert "https://runbooks.example/fleetscope#gpulost" in urls
+
+
+@pytest.mark.parametrize("change", [
+    {"slowdown_ratio": 1.02},  # would alert on diurnal swings
+    {"straggler_critical_score": 0.95},  # critical must be stricter than warning
+    {"hang_min_seconds": 3600.0},
+    {"input_for": "ten minutes"},
+    {"evaluation_interval": "5"},
+])
+def test_settings_refuse_unusable_values(change: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        dataclasses.replace(PRODUCTION, **change)
+
+
+def test_rules_command_prints_and_checks(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from fleetscope.rules.cli import main
+
+    assert main(["--preset", "e2e", "--selector", 'job="x"']) == 0
+    assert 'job="x"' in capsys.readouterr().out
+    assert main(["--check", str(tmp_path)]) == 1
+    assert main(["--write", str(tmp_path)]) == 0
+    assert main(["--check", str(tmp_path)]) == 0
