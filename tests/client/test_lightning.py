@@ -1,0 +1,48 @@
+"""The Lightning Callback against a real (tiny, CPU) Trainer run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    pl = pytest.importorskip("pytorch_lightning")
+
+from fleetscope.client.lightning import FleetscopeCallback  # noqa: E402
+from tests.push.live import running_daemon  # noqa: E402
+
+
+class TinyModule(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple["torch.Tensor", "torch.Tensor"], batch_idx: int) -> "torch.Tensor":
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
+
+    def configure_optimizers(self) -> "torch.optim.Optimizer":
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(dim=1)), batch_size=4)
+    with running_daemon() as daemon:
+        callback = FleetscopeCallback(job="pl-test", url=daemon.url, environ={})
+        trainer = pl.Trainer(
+            max_steps=5, accumulate_grad_batches=2, accelerator="cpu", devices=1, logger=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            default_root_dir=str(tmp_path), callbacks=[callback],
+        )
+        trainer.fit(TinyModule(), loader)
+        (view,) = daemon.collector.store.view().ranks
+    assert (view.job, view.rank, view.local_rank, view.world_size) == ("pl-test", 0, 0, 1)
+    assert view.steps == 5 and view.last_step == 5  # optimizer steps, not micro-batches
+    assert view.samples == 5 * 2 * 4
+    assert view.seconds["step"] > 0 and 0 <= view.seconds["data"] <= view.seconds["step"]
+    assert view.loss is not None and view.loss >= 0
