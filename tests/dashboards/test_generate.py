@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("grafana_foundation_sdk")
 
-from fleetscope import dashboards  # noqa: E402
-from fleetscope.cli import main  # noqa: E402
+from fleetscope import dashboards
+from fleetscope.cli import main
 
 
 def test_committed_json_matches_generator() -> None:

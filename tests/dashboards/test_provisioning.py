@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import yaml
-
 from fleetscope import dashboards
 
 PROVISIONING = dashboards.default_directory() / "provisioning"

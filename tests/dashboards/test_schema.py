@@ -15,7 +15,6 @@ import warnings
 from typing import Any
 
 import pytest
-
 from fleetscope import dashboards
 
 COMMITTED = dashboards.load()
@@ -230,5 +229,5 @@ def test_table_field_references_exist() -> None:
             if "sortBy" in transformations:
                 assert transformations["sortBy"]["sort"][0]["field"] in columns
             if len(ref_ids) > 1:
-                assert list(transformations)[0] == "merge"
+                assert next(iter(transformations)) == "merge"
                 assert all(t.get("format") == "table" for t in panel["targets"])

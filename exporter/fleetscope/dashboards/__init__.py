@@ -20,9 +20,10 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 # uid -> module with a ``build()`` returning the SDK dashboard model. The uid is also the file name.
 DASHBOARD_MODULES: dict[str, str] = {

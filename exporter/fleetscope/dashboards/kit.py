@@ -11,13 +11,22 @@ so the warning is silenced at import.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from grafana_foundation_sdk.builders import bargauge, dashboard, heatmap, prometheus, stat, statetimeline
-    from grafana_foundation_sdk.builders import table, timeseries
+    from grafana_foundation_sdk.builders import (
+        bargauge,
+        dashboard,
+        heatmap,
+        prometheus,
+        stat,
+        statetimeline,
+        table,
+        timeseries,
+    )
     from grafana_foundation_sdk.builders.common import ReduceDataOptions, StackingConfig
     from grafana_foundation_sdk.models.common import (
         BarGaugeDisplayMode,
@@ -35,11 +44,11 @@ with warnings.catch_warnings():
         ThresholdsMode,
         ValueMap,
         ValueMappingResult,
-        VariableHide,
         VariableRefresh,
         VariableSort,
     )
     from grafana_foundation_sdk.models.heatmap import HeatmapColorMode, HeatmapColorScale
+    from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 TAG = "fleetscope"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -99,7 +108,7 @@ def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
         else:
             target = target.range()
         if query.table:
-            target = target.format("table")
+            target = target.format(PromQueryFormat.TABLE)
         out.append(target)
     return out
 
@@ -227,8 +236,7 @@ def datasource_variable() -> dashboard.DatasourceVariable:
     return dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
 
 
-def query_variable(name: str, label: str, query: str, *, multi: bool, include_all: bool,
-                   hide_when_empty: bool = False) -> dashboard.QueryVariable:
+def query_variable(name: str, label: str, query: str, *, multi: bool, include_all: bool) -> dashboard.QueryVariable:
     variable = (
         dashboard.QueryVariable(name).label(label).datasource(DATASOURCE).query(query)
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
@@ -237,8 +245,6 @@ def query_variable(name: str, label: str, query: str, *, multi: bool, include_al
     if include_all:
         # With "All" selected the regex matches series that lack the label too (a fleet without `cluster`).
         variable = variable.all_value(".*")
-    if hide_when_empty:
-        variable = variable.hide(VariableHide.DONT_HIDE)
     return variable
 
 
