@@ -31,7 +31,13 @@ def throttle_rate(s: Settings) -> str:
 def recording_rules(s: Settings) -> Group:
     sm_clock = sel(s, "fleetscope_gpu_clock_hertz", 'clock="sm"')
     return Group("fleetscope-gpu.rules", (
-        Record(throttle_rate(s), f"rate({sel(s, 'fleetscope_gpu_throttle_seconds_total')}[{s.rate_window}])"),
+        # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
+        # for the others the sampled 0/1 state stands in.
+        Record(throttle_rate(s), (
+            f"rate({sel(s, 'fleetscope_gpu_throttle_seconds_total')}[{s.rate_window}])\n"
+            f"or\n"
+            f"avg_over_time({sel(s, 'fleetscope_gpu_throttle_active')}[{s.rate_window}])"
+        )),
         Record(CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
         Record(NODE_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, 'fleetscope_gpu_utilization_ratio')})"),
     ))
