@@ -102,6 +102,9 @@ def test_malformed_scrape_with_generic_counters_passes_promtool() -> None:
     text = scrape("malformed")
     assert "fleetscope_efa_port_hw_stat_total{" in text and "fleetscope_efa_device_hw_stat_total{" in text
     promtool_check(text)
+    # bad input costs single values, never the collector
+    for collector in ("efa", "netdev", "netstat"):
+        assert f'fleetscope_collector_success{{collector="{collector}"}} 1.0' in text
 
 
 # -- a real `fleetscope serve` process ----------------------------------------------------------------

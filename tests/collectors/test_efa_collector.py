@@ -191,3 +191,25 @@ def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
                    "collector.netstat": "false"}, environ={})
     _, verdict = run_check(config, timeout=10)
     assert verdict == EXIT_UNKNOWN
+
+
+def test_old_driver_exports_no_srd_series_at_all() -> None:
+    metrics = EfaCollector(config_for("old-driver")).collect()
+    names = {sample.name for metric in metrics for sample in metric.samples}
+    for raw in ("retrans_bytes", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
+                "impaired_remote_conn_events"):
+        assert EFA_TABLE[raw].name not in names
+    assert "fleetscope_efa_rx_drops_total" in names
+    registry = registry_of(metrics)
+    assert registry.get_sample_value(
+        "fleetscope_efa_verbs_errors_total", {"device": "rdmap16s27", "operation": "alloc_mr"}) is None
+
+
+def test_flat_layout_exports_each_counter_once_in_its_scope() -> None:
+    registry = registry_of(EfaCollector(config_for("flat")).collect())
+    flat = mk.flat_values()
+    port = {"device": "efa_0", "port": "1"}
+    assert registry.get_sample_value("fleetscope_efa_tx_bytes_total", port) == flat["tx_bytes"]
+    assert registry.get_sample_value("fleetscope_efa_admin_command_errors_total", {"device": "efa_0"}) == flat["cmds_err"]
+    generic = [s for m in registry.collect() for s in m.samples if s.name.endswith("_hw_stat_total")]
+    assert generic == []  # nothing doubled up as an "unknown" counter of the other scope
