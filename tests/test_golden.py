@@ -37,15 +37,21 @@ NONDETERMINISTIC = re.compile(
     r"fleetscope_build_info)[{ ]"
 )
 P5_SETTINGS = {
-    "path.sysfs": os.path.join(P5, "sys"), "path.procfs": os.path.join(P5, "proc"),
-    "collector.gpu": False, "collector.steps": False, "collector.ena": False,
+    "path.sysfs": os.path.join(P5, "sys"),
+    "path.procfs": os.path.join(P5, "proc"),
+    "collector.gpu": False,
+    "collector.steps": False,
+    "collector.ena": False,
 }
 
 
 def scrape(tree: str) -> str:
     """One scrape of the real daemon app against a fixture tree, after the first collection."""
-    settings = {**P5_SETTINGS, "path.sysfs": os.path.join(FIXTURES, tree, "sys"),
-                "path.procfs": os.path.join(FIXTURES, tree, "proc")}
+    settings = {
+        **P5_SETTINGS,
+        "path.sysfs": os.path.join(FIXTURES, tree, "sys"),
+        "path.procfs": os.path.join(FIXTURES, tree, "proc"),
+    }
     daemon = build_daemon(load(settings, environ={}))
     daemon.engine.start()
     try:
@@ -80,8 +86,11 @@ def test_p5_scrape_matches_golden(p5_scrape: str) -> None:
 
 
 def test_p5_scrape_has_every_collector_succeeding(p5_scrape: str) -> None:
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(p5_scrape) for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(p5_scrape)
+        for s in f.samples
+    }
     for collector in ("efa", "netdev", "netstat"):
         assert samples[("fleetscope_collector_success", (("collector", collector),))] == 1
         assert samples[("fleetscope_collector_hardware_present", (("collector", collector),))] == 1
@@ -89,8 +98,9 @@ def test_p5_scrape_has_every_collector_succeeding(p5_scrape: str) -> None:
 
 def promtool_check(text: str) -> None:
     promtool = require_binary("promtool")
-    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -127,8 +137,14 @@ def _serve_command() -> list[str]:
 def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
     port = free_port()
     command = _serve_command() + [
-        "serve", "--path.sysfs", os.path.join(P5, "sys"), "--path.procfs", os.path.join(P5, "proc"),
-        "--no-collector.gpu", "--web.listen-address", f"127.0.0.1:{port}",
+        "serve",
+        "--path.sysfs",
+        os.path.join(P5, "sys"),
+        "--path.procfs",
+        os.path.join(P5, "proc"),
+        "--no-collector.gpu",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -158,8 +174,11 @@ def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
                 process.kill()
                 process.wait()
 
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(text) for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
     checked = 0
     for device, (port_counters, device_counters) in mk.p5_efa_values().items():
         for raw, value in port_counters.items():
@@ -175,6 +194,8 @@ def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
             checked += 1
     assert checked == 32 * (22 + 14)
     assert samples[("fleetscope_efa_devices", ())] == 32
-    efa_devices = {dict(labels).get("device") for name, labels in samples if name.startswith("fleetscope_efa_")}
+    efa_devices = {
+        dict(labels).get("device") for name, labels in samples if name.startswith("fleetscope_efa_")
+    }
     assert "mlx5_0" not in efa_devices
     assert efa_devices - {None} == set(mk.P5_NAMES)

@@ -31,18 +31,39 @@ def registry_of(metrics: list) -> CollectorRegistry:
     return registry
 
 
-def device(name: str = "efa_0", port_values: dict | None = None, device_values: dict | None = None,
-           state: str | None = "ACTIVE", port_present: bool = True, device_present: bool = True,
-           unreadable: tuple[str, ...] = ()) -> EfaDevice:
-    port = EfaPort(1, state, "LinkUp", 12.5e9, "Unknown",
-                   CounterSet(port_present, port_values or {}, unreadable, 12 if port_present else None))
-    return EfaDevice(name, "0000:00:06.0", "0xefa0", 0, "0000:0000:0000:0060", "",
-                     CounterSet(device_present, device_values or {}, (), 10 if device_present else None), (port,))
+def device(
+    name: str = "efa_0",
+    port_values: dict | None = None,
+    device_values: dict | None = None,
+    state: str | None = "ACTIVE",
+    port_present: bool = True,
+    device_present: bool = True,
+    unreadable: tuple[str, ...] = (),
+) -> EfaDevice:
+    port = EfaPort(
+        1,
+        state,
+        "LinkUp",
+        12.5e9,
+        "Unknown",
+        CounterSet(port_present, port_values or {}, unreadable, 12 if port_present else None),
+    )
+    return EfaDevice(
+        name,
+        "0000:00:06.0",
+        "0xefa0",
+        0,
+        "0000:0000:0000:0060",
+        "",
+        CounterSet(device_present, device_values or {}, (), 10 if device_present else None),
+        (port,),
+    )
 
 
 def config_for(tree: str, settings: dict[str, object] | None = None) -> Config:
     flags: dict[str, object] = {
-        "path.sysfs": os.path.join(FIXTURES, tree, "sys"), "path.procfs": os.path.join(FIXTURES, tree, "proc"),
+        "path.sysfs": os.path.join(FIXTURES, tree, "sys"),
+        "path.procfs": os.path.join(FIXTURES, tree, "proc"),
     }
     return load({**flags, **(settings or {})}, environ={})
 
@@ -51,8 +72,16 @@ def config_for(tree: str, settings: dict[str, object] | None = None) -> Config:
 
 
 def test_known_counters_get_curated_names_and_labels() -> None:
-    reading = EfaReading((device(port_values={"tx_bytes": 5, "rx_drops": 3, "retrans_timeout_events": 2},
-                                 device_values={"cmds_err": 4, "create_qp_err": 6, "keep_alive_rcvd": 99}),), 1, True)
+    reading = EfaReading(
+        (
+            device(
+                port_values={"tx_bytes": 5, "rx_drops": 3, "retrans_timeout_events": 2},
+                device_values={"cmds_err": 4, "create_qp_err": 6, "keep_alive_rcvd": 99},
+            ),
+        ),
+        1,
+        True,
+    )
     registry = registry_of(efa_families(reading))
     port = {"device": "efa_0", "port": "1"}
     assert registry.get_sample_value("fleetscope_efa_tx_bytes_total", port) == 5
@@ -60,33 +89,56 @@ def test_known_counters_get_curated_names_and_labels() -> None:
     assert registry.get_sample_value("fleetscope_efa_retransmit_timeout_events_total", port) == 2
     assert registry.get_sample_value("fleetscope_efa_admin_command_errors_total", {"device": "efa_0"}) == 4
     assert registry.get_sample_value("fleetscope_efa_keep_alive_events_total", {"device": "efa_0"}) == 99
-    assert registry.get_sample_value(
-        "fleetscope_efa_verbs_errors_total", {"device": "efa_0", "operation": "create_qp"}) == 6
+    assert (
+        registry.get_sample_value(
+            "fleetscope_efa_verbs_errors_total", {"device": "efa_0", "operation": "create_qp"}
+        )
+        == 6
+    )
     assert registry.get_sample_value("fleetscope_efa_devices") == 1
     assert registry.get_sample_value("fleetscope_efa_port_rate_bytes_per_second", port) == 12.5e9
 
 
 def test_unknown_counters_are_exported_generically() -> None:
-    reading = EfaReading((device(port_values={"rx_ooo_pkts": 7}, device_values={"query_device_err": 1}),), 1, True)
+    reading = EfaReading(
+        (device(port_values={"rx_ooo_pkts": 7}, device_values={"query_device_err": 1}),), 1, True
+    )
     registry = registry_of(efa_families(reading))
-    assert registry.get_sample_value(
-        "fleetscope_efa_port_hw_stat_total", {"device": "efa_0", "port": "1", "counter": "rx_ooo_pkts"}) == 7
-    assert registry.get_sample_value(
-        "fleetscope_efa_device_hw_stat_total", {"device": "efa_0", "counter": "query_device_err"}) == 1
-    assert registry.get_sample_value(
-        "fleetscope_efa_verbs_errors_total", {"device": "efa_0", "operation": "query_device"}) is None
+    assert (
+        registry.get_sample_value(
+            "fleetscope_efa_port_hw_stat_total", {"device": "efa_0", "port": "1", "counter": "rx_ooo_pkts"}
+        )
+        == 7
+    )
+    assert (
+        registry.get_sample_value(
+            "fleetscope_efa_device_hw_stat_total", {"device": "efa_0", "counter": "query_device_err"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "fleetscope_efa_verbs_errors_total", {"device": "efa_0", "operation": "query_device"}
+        )
+        is None
+    )
 
 
 def test_absent_counters_stay_absent_and_lifespan_is_a_gauge_in_seconds() -> None:
     reading = EfaReading((device(port_values={"tx_bytes": 1}),), 1, True)
     metrics = efa_families(reading)
     registry = registry_of(metrics)
-    assert registry.get_sample_value("fleetscope_efa_retransmit_bytes_total", {"device": "efa_0", "port": "1"}) is None
+    assert (
+        registry.get_sample_value("fleetscope_efa_retransmit_bytes_total", {"device": "efa_0", "port": "1"})
+        is None
+    )
     assert "fleetscope_efa_retransmit_bytes" not in {m.name for m in metrics}
     assert registry.get_sample_value(
-        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "port1"}) == pytest.approx(0.012)
+        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "port1"}
+    ) == pytest.approx(0.012)
     assert registry.get_sample_value(
-        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "device"}) == pytest.approx(0.010)
+        "fleetscope_efa_hw_stats_lifespan_seconds", {"device": "efa_0", "scope": "device"}
+    ) == pytest.approx(0.010)
     assert {m.type for m in metrics if m.name == "fleetscope_efa_hw_stats_lifespan_seconds"} == {"gauge"}
 
 
@@ -98,14 +150,22 @@ def test_expected_devices_only_when_configured() -> None:
 
 def test_info_carries_identity_labels() -> None:
     registry = registry_of(efa_families(EfaReading((device(),), 1, True)))
-    labels = {"device": "efa_0", "pci_address": "0000:00:06.0", "pci_device_id": "0xefa0", "numa_node": "0",
-              "node_guid": "0000:0000:0000:0060", "fw_version": "", "link_layer": "Unknown"}
+    labels = {
+        "device": "efa_0",
+        "pci_address": "0000:00:06.0",
+        "pci_device_id": "0xefa0",
+        "numa_node": "0",
+        "node_guid": "0000:0000:0000:0060",
+        "fw_version": "",
+        "link_layer": "Unknown",
+    }
     assert registry.get_sample_value("fleetscope_efa_info", labels) == 1
 
 
 def test_every_exported_name_is_in_the_table() -> None:
-    metrics = efa_families(EfaReading((device(port_values={"tx_bytes": 1, "zz": 2}, device_values={"mmap_err": 3}),),
-                                      1, True), 4)
+    metrics = efa_families(
+        EfaReading((device(port_values={"tx_bytes": 1, "zz": 2}, device_values={"mmap_err": 3}),), 1, True), 4
+    )
     declared = {spec.name for spec in EFA_TABLE}
     for metric in metrics:
         for sample in metric.samples:
@@ -155,7 +215,9 @@ def test_findings_from_hand_built_readings() -> None:
     down = efa_findings(EfaReading((device(port_values={"tx_bytes": 1}, state="DOWN"),), 1, True))
     assert [(f.severity, f.message) for f in down] == [("unhealthy", "port 1 is DOWN, not ACTIVE")]
     unreadable = efa_findings(EfaReading((device(unreadable=("tx_bytes", "rx_bytes")),), 1, True))
-    assert [(f.severity, f.message) for f in unreadable] == [("unhealthy", "none of its 2 counters could be read")]
+    assert [(f.severity, f.message) for f in unreadable] == [
+        ("unhealthy", "none of its 2 counters could be read")
+    ]
     hidden = efa_findings(EfaReading((device(port_present=False, device_present=False),), 1, True))
     assert [f.severity for f in hidden] == ["unknown"]
 
@@ -165,19 +227,35 @@ def test_health_of_fixture_trees() -> None:
     short = EfaCollector(config_for("p4d", {"efa.expected-count": 32})).health()
     assert [f.line() for f in short] == ["UNHEALTHY efa: node: 4 EFA devices found, 32 expected"]
     lines = sorted(f.line() for f in EfaCollector(config_for("malformed")).health())
-    assert lines == sorted([
-        "UNHEALTHY efa: efa rdmap32s27: none of its 36 counters could be read",
-        "UNKNOWN efa: efa rdmap144s27: no hw_counters directory (is fleetscope running in the host network namespace?)",
-        "UNHEALTHY efa: efa rdmap160s27: port 1 is DOWN, not ACTIVE",
-    ])
+    assert lines == sorted(
+        [
+            "UNHEALTHY efa: efa rdmap32s27: none of its 36 counters could be read",
+            "UNKNOWN efa: efa rdmap144s27: no hw_counters directory"
+            " (is fleetscope running in the host network namespace?)",
+            "UNHEALTHY efa: efa rdmap160s27: port 1 is DOWN, not ACTIVE",
+        ]
+    )
 
 
-@pytest.mark.parametrize("tree, expected_count, code", [
-    ("p5", 32, EXIT_HEALTHY), ("p4d", 4, EXIT_HEALTHY), ("p4d", 32, EXIT_UNHEALTHY), ("malformed", 0, EXIT_UNHEALTHY),
-])
+@pytest.mark.parametrize(
+    "tree, expected_count, code",
+    [
+        ("p5", 32, EXIT_HEALTHY),
+        ("p4d", 4, EXIT_HEALTHY),
+        ("p4d", 32, EXIT_UNHEALTHY),
+        ("malformed", 0, EXIT_UNHEALTHY),
+    ],
+)
 def test_check_verdict(tree: str, expected_count: int, code: int) -> None:
-    config = config_for(tree, {"efa.expected-count": expected_count, "collector.gpu": False,
-                                "collector.steps": False, "collector.ena": False})
+    config = config_for(
+        tree,
+        {
+            "efa.expected-count": expected_count,
+            "collector.gpu": False,
+            "collector.steps": False,
+            "collector.ena": False,
+        },
+    )
     _, verdict = run_check(config, timeout=10)
     assert verdict == code
 
@@ -186,9 +264,18 @@ def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
     from fleetscope.fixtures import write_efa_device
 
     write_efa_device(str(tmp_path), "efa_0", "0000:00:06.0", None, None)
-    config = load({"path.sysfs": str(tmp_path), "path.procfs": str(tmp_path), "collector.gpu": "false",
-                   "collector.steps": "false", "collector.ena": "false", "collector.netdev": "false",
-                   "collector.netstat": "false"}, environ={})
+    config = load(
+        {
+            "path.sysfs": str(tmp_path),
+            "path.procfs": str(tmp_path),
+            "collector.gpu": "false",
+            "collector.steps": "false",
+            "collector.ena": "false",
+            "collector.netdev": "false",
+            "collector.netstat": "false",
+        },
+        environ={},
+    )
     _, verdict = run_check(config, timeout=10)
     assert verdict == EXIT_UNKNOWN
 
@@ -196,13 +283,22 @@ def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
 def test_old_driver_exports_no_srd_series_at_all() -> None:
     metrics = EfaCollector(config_for("old-driver")).collect()
     names = {sample.name for metric in metrics for sample in metric.samples}
-    for raw in ("retrans_bytes", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
-                "impaired_remote_conn_events"):
+    for raw in (
+        "retrans_bytes",
+        "retrans_pkts",
+        "retrans_timeout_events",
+        "unresponsive_remote_events",
+        "impaired_remote_conn_events",
+    ):
         assert EFA_TABLE[raw].name not in names
     assert "fleetscope_efa_rx_drops_total" in names
     registry = registry_of(metrics)
-    assert registry.get_sample_value(
-        "fleetscope_efa_verbs_errors_total", {"device": "rdmap16s27", "operation": "alloc_mr"}) is None
+    assert (
+        registry.get_sample_value(
+            "fleetscope_efa_verbs_errors_total", {"device": "rdmap16s27", "operation": "alloc_mr"}
+        )
+        is None
+    )
 
 
 def test_flat_layout_exports_each_counter_once_in_its_scope() -> None:
@@ -210,6 +306,9 @@ def test_flat_layout_exports_each_counter_once_in_its_scope() -> None:
     flat = mk.flat_values()
     port = {"device": "efa_0", "port": "1"}
     assert registry.get_sample_value("fleetscope_efa_tx_bytes_total", port) == flat["tx_bytes"]
-    assert registry.get_sample_value("fleetscope_efa_admin_command_errors_total", {"device": "efa_0"}) == flat["cmds_err"]
+    assert (
+        registry.get_sample_value("fleetscope_efa_admin_command_errors_total", {"device": "efa_0"})
+        == flat["cmds_err"]
+    )
     generic = [s for m in registry.collect() for s in m.samples if s.name.endswith("_hw_stat_total")]
     assert generic == []  # nothing doubled up as an "unknown" counter of the other scope

@@ -27,10 +27,24 @@ def registry_of(metrics: list) -> CollectorRegistry:
     return registry
 
 
-def interface(name: str = "ens5", operstate: str | None = "up", physical: bool = True,
-              stats: dict[str, int] | None = None, speed: int | None = 25000) -> NetInterface:
-    return NetInterface(name, stats if stats is not None else {"rx_bytes": 10, "rx_dropped": 2, "rx_missed_errors": 3},
-                        operstate, 4, speed, 9001, "0a:00:00:00:00:01", "ena" if physical else "", physical)
+def interface(
+    name: str = "ens5",
+    operstate: str | None = "up",
+    physical: bool = True,
+    stats: dict[str, int] | None = None,
+    speed: int | None = 25000,
+) -> NetInterface:
+    return NetInterface(
+        name,
+        stats if stats is not None else {"rx_bytes": 10, "rx_dropped": 2, "rx_missed_errors": 3},
+        operstate,
+        4,
+        speed,
+        9001,
+        "0a:00:00:00:00:01",
+        "ena" if physical else "",
+        physical,
+    )
 
 
 def test_mapping_keeps_dropped_and_missed_apart() -> None:
@@ -39,13 +53,20 @@ def test_mapping_keeps_dropped_and_missed_apart() -> None:
     assert registry.get_sample_value("fleetscope_net_receive_bytes_total", labels) == 10
     assert registry.get_sample_value("fleetscope_net_receive_dropped_total", labels) == 2
     assert registry.get_sample_value("fleetscope_net_receive_missed_total", labels) == 3
-    assert registry.get_sample_value("fleetscope_net_transmit_bytes_total", labels) is None  # not read: absent
+    assert (
+        registry.get_sample_value("fleetscope_net_transmit_bytes_total", labels) is None
+    )  # not read: absent
     assert registry.get_sample_value("fleetscope_net_carrier_changes_total", labels) == 4
     assert registry.get_sample_value("fleetscope_net_up", labels) == 1
     assert registry.get_sample_value("fleetscope_net_speed_bytes_per_second", labels) == 25000 * 125_000
     assert registry.get_sample_value("fleetscope_net_mtu_bytes", labels) == 9001
-    assert registry.get_sample_value(
-        "fleetscope_net_info", {"device": "ens5", "operstate": "up", "address": "0a:00:00:00:00:01", "driver": "ena"}) == 1
+    assert (
+        registry.get_sample_value(
+            "fleetscope_net_info",
+            {"device": "ens5", "operstate": "up", "address": "0a:00:00:00:00:01", "driver": "ena"},
+        )
+        == 1
+    )
 
 
 def test_unknown_speed_and_state_are_absent() -> None:
@@ -60,8 +81,14 @@ def test_down_interface_reads_zero_up() -> None:
 
 
 def test_findings_only_for_physical_interfaces_not_up() -> None:
-    findings = netdev_findings([interface("ens5", "down"), interface("ens6"), interface("docker0", "down", False),
-                                interface("ens7", "lowerlayerdown")])
+    findings = netdev_findings(
+        [
+            interface("ens5", "down"),
+            interface("ens6"),
+            interface("docker0", "down", False),
+            interface("ens7", "lowerlayerdown"),
+        ]
+    )
     assert [f.line() for f in findings] == [
         "UNHEALTHY netdev: nic ens5: physical interface is down",
         "UNHEALTHY netdev: nic ens7: physical interface is lowerlayerdown",
@@ -72,8 +99,17 @@ def test_p5_collector_exports_the_ena_interface_only() -> None:
     config = load({"path.sysfs": os.path.join(FIXTURES, "p5", "sys")}, environ={})
     registry = registry_of(NetdevCollector(config).collect())
     expected = mk.nic_values(mk.P5_NICS, "p5")["ens32"]
-    for raw in ("rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "rx_missed_errors", "tx_bytes", "tx_packets",
-                "tx_errors", "tx_dropped"):
+    for raw in (
+        "rx_bytes",
+        "rx_packets",
+        "rx_errors",
+        "rx_dropped",
+        "rx_missed_errors",
+        "tx_bytes",
+        "tx_packets",
+        "tx_errors",
+        "tx_dropped",
+    ):
         assert registry.get_sample_value(NETDEV_TABLE[raw].name, {"device": "ens32"}) == expected[raw]
     devices = {s.labels["device"] for m in registry.collect() for s in m.samples}
     assert devices == {"ens32"}
@@ -81,8 +117,14 @@ def test_p5_collector_exports_the_ena_interface_only() -> None:
 
 
 def test_include_pattern_from_config_reaches_the_source() -> None:
-    config = load({"path.sysfs": os.path.join(FIXTURES, "p5", "sys"), "net.device-include": "^(lo|docker0)$",
-                   "net.device-exclude": ""}, environ={})
+    config = load(
+        {
+            "path.sysfs": os.path.join(FIXTURES, "p5", "sys"),
+            "net.device-include": "^(lo|docker0)$",
+            "net.device-exclude": "",
+        },
+        environ={},
+    )
     registry = registry_of(NetdevCollector(config).collect())
     assert {s.labels["device"] for m in registry.collect() for s in m.samples} == {"lo", "docker0"}
     assert NetdevCollector(config).health() == []  # docker0 is down but virtual
@@ -94,7 +136,9 @@ def test_malformed_tree_finding_and_partial_values() -> None:
     registry = registry_of(collector.collect())
     assert registry.get_sample_value("fleetscope_net_receive_bytes_total", {"device": "ens32"}) is None
     assert registry.get_sample_value("fleetscope_net_transmit_bytes_total", {"device": "ens32"}) == 5_551_212
-    assert [f.line() for f in collector.health()] == ["UNHEALTHY netdev: nic ens32: physical interface is down"]
+    assert [f.line() for f in collector.health()] == [
+        "UNHEALTHY netdev: nic ens32: physical interface is down"
+    ]
 
 
 def test_nothing_selected_is_no_hardware(tmp_path: object) -> None:

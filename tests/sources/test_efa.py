@@ -34,9 +34,15 @@ def by_name(devices: tuple[EfaDevice, ...]) -> dict[str, EfaDevice]:
 # -- parsers -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, value", [
-    ("0", 0), ("12", 12), ("18446744073709551615", 2**64 - 1), ("007", 7),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0", 0),
+        ("12", 12),
+        ("18446744073709551615", 2**64 - 1),
+        ("007", 7),
+    ],
+)
 def test_parse_counter_accepts_unsigned_decimal(text: str, value: int) -> None:
     assert parse_counter(text) == value
 
@@ -47,7 +53,9 @@ def test_parse_counter_refuses_anything_else(text: str) -> None:
         parse_counter(text)
 
 
-@pytest.mark.parametrize("text, state", [("4: ACTIVE", "ACTIVE"), ("1: DOWN", "DOWN"), ("5: LinkUp", "LinkUp")])
+@pytest.mark.parametrize(
+    "text, state", [("4: ACTIVE", "ACTIVE"), ("1: DOWN", "DOWN"), ("5: LinkUp", "LinkUp")]
+)
 def test_parse_state(text: str, state: str) -> None:
     assert parse_state(text) == state
 
@@ -58,9 +66,14 @@ def test_parse_state_refuses_malformed(text: str) -> None:
         parse_state(text)
 
 
-@pytest.mark.parametrize("text, rate", [
-    ("100 Gb/sec (4X EDR)", 12.5e9), ("400 Gb/sec (8X HDR)", 50e9), ("2.5 Gb/sec (1X SDR)", 312.5e6),
-])
+@pytest.mark.parametrize(
+    "text, rate",
+    [
+        ("100 Gb/sec (4X EDR)", 12.5e9),
+        ("400 Gb/sec (8X HDR)", 50e9),
+        ("2.5 Gb/sec (1X SDR)", 312.5e6),
+    ],
+)
 def test_parse_rate_gives_bytes_per_second(text: str, rate: float) -> None:
     assert parse_rate(text) == rate
 
@@ -114,7 +127,11 @@ def test_p5_identity_comes_from_the_pci_function() -> None:
         assert device.numa_node == (0 if int(address[5:7], 16) < 0x80 else 1)
         port = device.ports[0]
         assert (port.state, port.phys_state, port.rate_bytes_per_second, port.link_layer) == (
-            "ACTIVE", "LinkUp", 12.5e9, "Unknown")
+            "ACTIVE",
+            "LinkUp",
+            12.5e9,
+            "Unknown",
+        )
 
 
 def test_non_efa_rdma_device_is_not_reported() -> None:

@@ -47,9 +47,15 @@ def test_efa_links_resolve_to_pci_functions() -> None:
     assert os.path.basename(os.readlink(os.path.join(link, "driver"))) == "efa"
 
 
-@pytest.mark.parametrize("address, name", [
-    ("0000:10:1b.0", "rdmap16s27"), ("0000:4f:00.0", "rdmap79s0"), ("0000:c9:00.0", "rdmap201s0"),
-    ("0001:10:1b.0", "rdmaP1p16s27"), ("0000:10:1b.1", "rdmap16s27f1"),
-])
+@pytest.mark.parametrize(
+    "address, name",
+    [
+        ("0000:10:1b.0", "rdmap16s27"),
+        ("0000:4f:00.0", "rdmap79s0"),
+        ("0000:c9:00.0", "rdmap201s0"),
+        ("0001:10:1b.0", "rdmaP1p16s27"),
+        ("0000:10:1b.1", "rdmap16s27f1"),
+    ],
+)
 def test_rdma_pci_name_is_decimal(address: str, name: str) -> None:
     assert rdma_pci_name(address) == name

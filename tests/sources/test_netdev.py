@@ -19,11 +19,26 @@ def p5() -> Root:
     return Root(os.path.join(FIXTURES, "p5", "sys"))
 
 
-@pytest.mark.parametrize("name, kept", [
-    ("ens32", True), ("eth0", True), ("enp39s0", True), ("lo", False), ("veth3c1a9f2", False),
-    ("eni8c3a1f2b9d0", False), ("cali12ab", False), ("docker0", False), ("cni0", False), ("flannel.1", False),
-    ("br-5e1f", False), ("lxc12", False), ("cilium_host", False), ("vethfoo_ens", False), ("lo0", True),
-])
+@pytest.mark.parametrize(
+    "name, kept",
+    [
+        ("ens32", True),
+        ("eth0", True),
+        ("enp39s0", True),
+        ("lo", False),
+        ("veth3c1a9f2", False),
+        ("eni8c3a1f2b9d0", False),
+        ("cali12ab", False),
+        ("docker0", False),
+        ("cni0", False),
+        ("flannel.1", False),
+        ("br-5e1f", False),
+        ("lxc12", False),
+        ("cilium_host", False),
+        ("vethfoo_ens", False),
+        ("lo0", True),
+    ],
+)
 def test_default_exclude_drops_container_side_interfaces(name: str, kept: bool) -> None:
     assert select_interfaces([name], "", DEFAULT_EXCLUDE) == ([name] if kept else [])
 
@@ -35,7 +50,9 @@ def test_include_and_exclude_patterns_combine() -> None:
     assert select_interfaces(names, "", "") == names
 
 
-@pytest.mark.parametrize("raw, speed", [(None, None), (-1, None), (0, None), (4294967295, None), (100000, 100000)])
+@pytest.mark.parametrize(
+    "raw, speed", [(None, None), (-1, None), (0, None), (4294967295, None), (100000, 100000)]
+)
 def test_parse_speed_treats_unknown_as_absent(raw: int | None, speed: int | None) -> None:
     assert parse_speed(raw) == speed
 

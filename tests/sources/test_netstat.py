@@ -11,20 +11,26 @@ from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Tcp: InSegs OutSegs\nTcp: 5 7\n", {("Tcp", "InSegs"): 5, ("Tcp", "OutSegs"): 7}),
-    ("Tcp: MaxConn RetransSegs\nTcp: -1 9\n", {("Tcp", "MaxConn"): -1, ("Tcp", "RetransSegs"): 9}),
-    # a field a newer kernel inserted: values still found by name
-    ("Tcp: InSegs NewThing OutSegs\nTcp: 5 1 7\n", {("Tcp", "InSegs"): 5, ("Tcp", "NewThing"): 1, ("Tcp", "OutSegs"): 7}),
-    # header and values out of step: the section is skipped, the next one still parsed
-    ("Tcp: InSegs OutSegs\nTcp: 5\nUdp: InErrors\nUdp: 3\n", {("Udp", "InErrors"): 3}),
-    # a non-numeric value skips that field only
-    ("TcpExt: TCPTimeouts ListenDrops\nTcpExt: x 4\n", {("TcpExt", "ListenDrops"): 4}),
-    # an unpaired header: resynchronise on the next pair
-    ("Ip: Forwarding\nTcp: InSegs\nTcp: 11\n", {("Tcp", "InSegs"): 11}),
-    ("", {}),
-    ("\n\nTcp: InErrs\n\nTcp: 2\n", {("Tcp", "InErrs"): 2}),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Tcp: InSegs OutSegs\nTcp: 5 7\n", {("Tcp", "InSegs"): 5, ("Tcp", "OutSegs"): 7}),
+        ("Tcp: MaxConn RetransSegs\nTcp: -1 9\n", {("Tcp", "MaxConn"): -1, ("Tcp", "RetransSegs"): 9}),
+        # a field a newer kernel inserted: values still found by name
+        (
+            "Tcp: InSegs NewThing OutSegs\nTcp: 5 1 7\n",
+            {("Tcp", "InSegs"): 5, ("Tcp", "NewThing"): 1, ("Tcp", "OutSegs"): 7},
+        ),
+        # header and values out of step: the section is skipped, the next one still parsed
+        ("Tcp: InSegs OutSegs\nTcp: 5\nUdp: InErrors\nUdp: 3\n", {("Udp", "InErrors"): 3}),
+        # a non-numeric value skips that field only
+        ("TcpExt: TCPTimeouts ListenDrops\nTcpExt: x 4\n", {("TcpExt", "ListenDrops"): 4}),
+        # an unpaired header: resynchronise on the next pair
+        ("Ip: Forwarding\nTcp: InSegs\nTcp: 11\n", {("Tcp", "InSegs"): 11}),
+        ("", {}),
+        ("\n\nTcp: InErrs\n\nTcp: 2\n", {("Tcp", "InErrs"): 2}),
+    ],
+)
 def test_parse_pairs(text: str, expected: dict[tuple[str, str], int]) -> None:
     assert parse_pairs(text) == expected
 

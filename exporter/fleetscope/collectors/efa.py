@@ -37,14 +37,18 @@ def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
         builder.add(EFA_TABLE["expected_devices"], (), expected_count)
     for device in reading.devices:
         first_port = device.ports[0] if device.ports else None
-        builder.add_info(EFA_TABLE["info"], (device.name,), {
-            "pci_address": device.pci_address,
-            "pci_device_id": device.pci_device_id,
-            "numa_node": "" if device.numa_node is None else str(device.numa_node),
-            "node_guid": device.node_guid,
-            "fw_version": device.fw_version,
-            "link_layer": (first_port.link_layer or "") if first_port else "",
-        })
+        builder.add_info(
+            EFA_TABLE["info"],
+            (device.name,),
+            {
+                "pci_address": device.pci_address,
+                "pci_device_id": device.pci_device_id,
+                "numa_node": "" if device.numa_node is None else str(device.numa_node),
+                "node_guid": device.node_guid,
+                "fw_version": device.fw_version,
+                "link_layer": (first_port.link_layer or "") if first_port else "",
+            },
+        )
         for raw, value in _in_table_order(device.counters.values):
             spec = EFA_TABLE.get(raw) if raw in DEVICE_COUNTERS else None
             if spec is VERBS_ERRORS:
@@ -76,25 +80,37 @@ def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
     findings: list[Finding] = []
     found = len(reading.devices)
     if expected_count and found < expected_count:
-        findings.append(Finding("efa", "unhealthy", "node", f"{found} EFA devices found, {expected_count} expected"))
+        findings.append(
+            Finding("efa", "unhealthy", "node", f"{found} EFA devices found, {expected_count} expected")
+        )
     for device in reading.devices:
         subject = f"efa {device.name}"
         sets = [device.counters, *(port.counters for port in device.ports)]
         if not any(s.present for s in sets):
-            findings.append(Finding(
-                "efa", "unknown", subject,
-                "no hw_counters directory (is fleetscope running in the host network namespace?)",
-            ))
+            findings.append(
+                Finding(
+                    "efa",
+                    "unknown",
+                    subject,
+                    "no hw_counters directory (is fleetscope running in the host network namespace?)",
+                )
+            )
         elif not any(s.values for s in sets):
             unreadable = sum(len(s.unreadable) for s in sets)
-            findings.append(Finding("efa", "unhealthy", subject, f"none of its {unreadable} counters could be read"))
+            findings.append(
+                Finding("efa", "unhealthy", subject, f"none of its {unreadable} counters could be read")
+            )
         if not device.ports:
             findings.append(Finding("efa", "unhealthy", subject, "has no ports"))
         for port in device.ports:
             if port.state is None:
-                findings.append(Finding("efa", "unknown", subject, f"port {port.number} state could not be read"))
+                findings.append(
+                    Finding("efa", "unknown", subject, f"port {port.number} state could not be read")
+                )
             elif port.state != ACTIVE:
-                findings.append(Finding("efa", "unhealthy", subject, f"port {port.number} is {port.state}, not ACTIVE"))
+                findings.append(
+                    Finding("efa", "unhealthy", subject, f"port {port.number} is {port.state}, not ACTIVE")
+                )
     return findings
 
 

@@ -26,16 +26,27 @@ def netdev_families(interfaces: Iterable[NetInterface]) -> list[Metric]:
             builder.add(NETDEV_TABLE["up"], labels, 1 if interface.up else 0)
         builder.add(NETDEV_TABLE["speed"], labels, interface.speed_mbps)
         builder.add(NETDEV_TABLE["mtu"], labels, interface.mtu)
-        builder.add_info(NETDEV_TABLE["info"], labels, {
-            "operstate": interface.operstate or "", "address": interface.address, "driver": interface.driver,
-        })
+        builder.add_info(
+            NETDEV_TABLE["info"],
+            labels,
+            {
+                "operstate": interface.operstate or "",
+                "address": interface.address,
+                "driver": interface.driver,
+            },
+        )
     return builder.families()
 
 
 def netdev_findings(interfaces: Iterable[NetInterface]) -> list[Finding]:
     """A physical interface that is reported (not excluded) but not up is unhealthy."""
     return [
-        Finding("netdev", "unhealthy", f"nic {i.name}", f"physical interface is {i.operstate or 'in an unknown state'}")
+        Finding(
+            "netdev",
+            "unhealthy",
+            f"nic {i.name}",
+            f"physical interface is {i.operstate or 'in an unknown state'}",
+        )
         for i in interfaces
         if i.physical and not i.up
     ]

@@ -42,18 +42,29 @@ def _device(raw: str, name: str, help: str) -> tuple[str, MetricSpec]:
     return raw, MetricSpec(name, "counter", help, _DEVICE, raw=f"hw_counters/{raw}")
 
 
-VERBS_OPERATIONS = ("alloc_pd", "create_qp", "create_cq", "reg_mr", "alloc_ucontext", "create_ah", "mmap",
-                    "alloc_mr", "get_dma_mr")
+VERBS_OPERATIONS = (
+    "alloc_pd",
+    "create_qp",
+    "create_cq",
+    "reg_mr",
+    "alloc_ucontext",
+    "create_ah",
+    "mmap",
+    "alloc_mr",
+    "get_dma_mr",
+)
 VERBS_ERRORS = MetricSpec(
-    "fleetscope_efa_verbs_errors_total", "counter",
+    "fleetscope_efa_verbs_errors_total",
+    "counter",
     "Failed verbs calls on the device, by operation (alloc_pd, create_qp, create_cq, reg_mr, ...).",
-    ("device", "operation"), raw="hw_counters/<operation>_err",
+    ("device", "operation"),
+    raw="hw_counters/<operation>_err",
 )
 
 EFA_TABLE = table(
     "efa",
-    "EFA devices (PCI vendor 0x1d0f) from `/sys/class/infiniband`. Port counters from `ports/<n>/hw_counters/`, "
-    "device counters from `hw_counters/`. Counters are totals since the driver loaded and can reset with it. "
+    "EFA devices (PCI vendor 0x1d0f) from `/sys/class/infiniband`. "
+    "Port counters from `ports/<n>/hw_counters/`, device counters from `hw_counters/`. Counters are totals since the driver loaded and can reset with it. "
     "A counter the driver does not have (SRD counters before EFA driver 2.17) is absent, not 0.",
     [
         _port("tx_bytes", "fleetscope_efa_tx_bytes_total", "Bytes transmitted by the port.", "bytes"),
@@ -66,60 +77,158 @@ EFA_TABLE = table(
         _port("recv_bytes", "fleetscope_efa_recv_bytes_total", "Bytes of receive operations.", "bytes"),
         _port("recv_wrs", "fleetscope_efa_recv_work_requests_total", "Receive work requests."),
         _port("rdma_read_wrs", "fleetscope_efa_rdma_read_work_requests_total", "RDMA read work requests."),
-        _port("rdma_read_bytes", "fleetscope_efa_rdma_read_bytes_total", "Bytes read by RDMA reads.", "bytes"),
-        _port("rdma_read_wr_err", "fleetscope_efa_rdma_read_work_request_errors_total",
-              "RDMA read work requests that completed with an error."),
-        _port("rdma_read_resp_bytes", "fleetscope_efa_rdma_read_response_bytes_total",
-              "Bytes sent in responses to remote RDMA reads.", "bytes"),
-        _port("rdma_write_wrs", "fleetscope_efa_rdma_write_work_requests_total",
-              "RDMA write work requests (0 on devices without RDMA write)."),
-        _port("rdma_write_bytes", "fleetscope_efa_rdma_write_bytes_total", "Bytes written by RDMA writes.", "bytes"),
-        _port("rdma_write_wr_err", "fleetscope_efa_rdma_write_work_request_errors_total",
-              "RDMA write work requests that completed with an error."),
-        _port("rdma_write_recv_bytes", "fleetscope_efa_rdma_write_recv_bytes_total",
-              "Bytes received by remote RDMA writes.", "bytes"),
+        _port(
+            "rdma_read_bytes", "fleetscope_efa_rdma_read_bytes_total", "Bytes read by RDMA reads.", "bytes"
+        ),
+        _port(
+            "rdma_read_wr_err",
+            "fleetscope_efa_rdma_read_work_request_errors_total",
+            "RDMA read work requests that completed with an error.",
+        ),
+        _port(
+            "rdma_read_resp_bytes",
+            "fleetscope_efa_rdma_read_response_bytes_total",
+            "Bytes sent in responses to remote RDMA reads.",
+            "bytes",
+        ),
+        _port(
+            "rdma_write_wrs",
+            "fleetscope_efa_rdma_write_work_requests_total",
+            "RDMA write work requests (0 on devices without RDMA write).",
+        ),
+        _port(
+            "rdma_write_bytes",
+            "fleetscope_efa_rdma_write_bytes_total",
+            "Bytes written by RDMA writes.",
+            "bytes",
+        ),
+        _port(
+            "rdma_write_wr_err",
+            "fleetscope_efa_rdma_write_work_request_errors_total",
+            "RDMA write work requests that completed with an error.",
+        ),
+        _port(
+            "rdma_write_recv_bytes",
+            "fleetscope_efa_rdma_write_recv_bytes_total",
+            "Bytes received by remote RDMA writes.",
+            "bytes",
+        ),
         _port("retrans_bytes", "fleetscope_efa_retransmit_bytes_total", "SRD bytes retransmitted.", "bytes"),
         _port("retrans_pkts", "fleetscope_efa_retransmit_packets_total", "SRD packets retransmitted."),
-        _port("retrans_timeout_events", "fleetscope_efa_retransmit_timeout_events_total",
-              "Times SRD traffic timed out and needed a network path change."),
-        _port("unresponsive_remote_events", "fleetscope_efa_unresponsive_remote_events_total",
-              "Times an SRD connection's remote was unresponsive."),
-        _port("impaired_remote_conn_events", "fleetscope_efa_impaired_remote_connection_events_total",
-              "SRD connections that entered an impaired state (reduced rate limit)."),
-        _device("submitted_cmds", "fleetscope_efa_admin_commands_submitted_total",
-                "Admin-queue commands submitted to the device."),
-        _device("completed_cmds", "fleetscope_efa_admin_commands_completed_total",
-                "Admin-queue commands the device completed."),
+        _port(
+            "retrans_timeout_events",
+            "fleetscope_efa_retransmit_timeout_events_total",
+            "Times SRD traffic timed out and needed a network path change.",
+        ),
+        _port(
+            "unresponsive_remote_events",
+            "fleetscope_efa_unresponsive_remote_events_total",
+            "Times an SRD connection's remote was unresponsive.",
+        ),
+        _port(
+            "impaired_remote_conn_events",
+            "fleetscope_efa_impaired_remote_connection_events_total",
+            "SRD connections that entered an impaired state (reduced rate limit).",
+        ),
+        _device(
+            "submitted_cmds",
+            "fleetscope_efa_admin_commands_submitted_total",
+            "Admin-queue commands submitted to the device.",
+        ),
+        _device(
+            "completed_cmds",
+            "fleetscope_efa_admin_commands_completed_total",
+            "Admin-queue commands the device completed.",
+        ),
         _device("cmds_err", "fleetscope_efa_admin_command_errors_total", "Admin-queue commands that failed."),
-        _device("no_completion_cmds", "fleetscope_efa_admin_commands_no_completion_total",
-                "Admin-queue commands that never completed (device or admin-queue trouble)."),
-        _device("keep_alive_rcvd", "fleetscope_efa_keep_alive_events_total",
-                "Keep-alive events received from the device (should keep growing)."),
+        _device(
+            "no_completion_cmds",
+            "fleetscope_efa_admin_commands_no_completion_total",
+            "Admin-queue commands that never completed (device or admin-queue trouble).",
+        ),
+        _device(
+            "keep_alive_rcvd",
+            "fleetscope_efa_keep_alive_events_total",
+            "Keep-alive events received from the device (should keep growing).",
+        ),
         *((f"{operation}_err", VERBS_ERRORS) for operation in VERBS_OPERATIONS),
-        ("port_counter", MetricSpec(
-            "fleetscope_efa_port_hw_stat_total", "counter",
-            "A port counter this fleetscope version has no curated name for, by its sysfs file name.",
-            ("device", "port", "counter"), raw="ports/<n>/hw_counters/<counter>")),
-        ("device_counter", MetricSpec(
-            "fleetscope_efa_device_hw_stat_total", "counter",
-            "A device counter this fleetscope version has no curated name for, by its sysfs file name.",
-            ("device", "counter"), raw="hw_counters/<counter>")),
-        ("devices", MetricSpec(
-            "fleetscope_efa_devices", "gauge", "EFA devices found on the node (RDMA devices with PCI vendor 0x1d0f).",
-            raw="class/infiniband/*/device/vendor")),
-        ("expected_devices", MetricSpec(
-            "fleetscope_efa_expected_devices", "gauge",
-            "EFA devices this node should have (setting efa.expected-count; absent when not configured).")),
-        ("info", MetricSpec(
-            "fleetscope_efa_info", "info", "One EFA device: its PCI function, NUMA node and identity.", _DEVICE,
-            info_keys=("pci_address", "pci_device_id", "numa_node", "node_guid", "fw_version", "link_layer"))),
-        ("rate", MetricSpec(
-            "fleetscope_efa_port_rate_bytes_per_second", "gauge", "Link rate the port reports.", _PORT,
-            unit="bytes/second", raw="ports/<n>/rate")),
-        ("lifespan", MetricSpec(
-            "fleetscope_efa_hw_stats_lifespan_seconds", "gauge",
-            "How long the driver caches counter values (scope: device, or port<n>).", ("device", "scope"),
-            unit="seconds", raw="hw_counters/lifespan", scale=1e-3)),
+        (
+            "port_counter",
+            MetricSpec(
+                "fleetscope_efa_port_hw_stat_total",
+                "counter",
+                "A port counter this fleetscope version has no curated name for, by its sysfs file name.",
+                ("device", "port", "counter"),
+                raw="ports/<n>/hw_counters/<counter>",
+            ),
+        ),
+        (
+            "device_counter",
+            MetricSpec(
+                "fleetscope_efa_device_hw_stat_total",
+                "counter",
+                "A device counter this fleetscope version has no curated name for, by its sysfs file name.",
+                ("device", "counter"),
+                raw="hw_counters/<counter>",
+            ),
+        ),
+        (
+            "devices",
+            MetricSpec(
+                "fleetscope_efa_devices",
+                "gauge",
+                "EFA devices found on the node (RDMA devices with PCI vendor 0x1d0f).",
+                raw="class/infiniband/*/device/vendor",
+            ),
+        ),
+        (
+            "expected_devices",
+            MetricSpec(
+                "fleetscope_efa_expected_devices",
+                "gauge",
+                "EFA devices this node should have (setting efa.expected-count; absent when not configured).",
+            ),
+        ),
+        (
+            "info",
+            MetricSpec(
+                "fleetscope_efa_info",
+                "info",
+                "One EFA device: its PCI function, NUMA node and identity.",
+                _DEVICE,
+                info_keys=(
+                    "pci_address",
+                    "pci_device_id",
+                    "numa_node",
+                    "node_guid",
+                    "fw_version",
+                    "link_layer",
+                ),
+            ),
+        ),
+        (
+            "rate",
+            MetricSpec(
+                "fleetscope_efa_port_rate_bytes_per_second",
+                "gauge",
+                "Link rate the port reports.",
+                _PORT,
+                unit="bytes/second",
+                raw="ports/<n>/rate",
+            ),
+        ),
+        (
+            "lifespan",
+            MetricSpec(
+                "fleetscope_efa_hw_stats_lifespan_seconds",
+                "gauge",
+                "How long the driver caches counter values (scope: device, or port<n>).",
+                ("device", "scope"),
+                unit="seconds",
+                raw="hw_counters/lifespan",
+                scale=1e-3,
+            ),
+        ),
     ],
 )
 
@@ -128,7 +237,8 @@ PORT_COUNTERS = frozenset(
     k for k, s in EFA_TABLE.specs.items() if s.kind == "counter" and s.raw == f"ports/<n>/hw_counters/{k}"
 )
 DEVICE_COUNTERS = frozenset(
-    k for k, s in EFA_TABLE.specs.items()
+    k
+    for k, s in EFA_TABLE.specs.items()
     if s.kind == "counter" and (s.raw == f"hw_counters/{k}" or s is VERBS_ERRORS)
 )
 
@@ -270,8 +380,14 @@ def _split_flat(device_set: CounterSet, ports: tuple[EfaPort, ...]) -> tuple[Cou
 
     at_device = frozenset(device_set.values) | frozenset(device_set.unreadable)
     new_ports = tuple(
-        EfaPort(p.number, p.state, p.phys_state, p.rate_bytes_per_second, p.link_layer,
-                keep(p.counters, DEVICE_COUNTERS & at_device))
+        EfaPort(
+            p.number,
+            p.state,
+            p.phys_state,
+            p.rate_bytes_per_second,
+            p.link_layer,
+            keep(p.counters, DEVICE_COUNTERS & at_device),
+        )
         for p in ports
     )
     return keep(device_set, PORT_COUNTERS), new_ports

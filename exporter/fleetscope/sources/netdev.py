@@ -35,29 +35,68 @@ NETDEV_TABLE = table(
         _stat("rx_bytes", "fleetscope_net_receive_bytes_total", "Bytes received.", "bytes"),
         _stat("rx_packets", "fleetscope_net_receive_packets_total", "Packets received."),
         _stat("rx_errors", "fleetscope_net_receive_errors_total", "Receive errors (all kinds)."),
-        _stat("rx_dropped", "fleetscope_net_receive_dropped_total",
-              "Received packets dropped by the stack (no buffer, unknown protocol, filtered)."),
-        _stat("rx_missed_errors", "fleetscope_net_receive_missed_total",
-              "Packets the NIC missed because its receive ring was full (host too slow)."),
+        _stat(
+            "rx_dropped",
+            "fleetscope_net_receive_dropped_total",
+            "Received packets dropped by the stack (no buffer, unknown protocol, filtered).",
+        ),
+        _stat(
+            "rx_missed_errors",
+            "fleetscope_net_receive_missed_total",
+            "Packets the NIC missed because its receive ring was full (host too slow).",
+        ),
         _stat("tx_bytes", "fleetscope_net_transmit_bytes_total", "Bytes transmitted.", "bytes"),
         _stat("tx_packets", "fleetscope_net_transmit_packets_total", "Packets transmitted."),
         _stat("tx_errors", "fleetscope_net_transmit_errors_total", "Transmit errors (all kinds)."),
         _stat("tx_dropped", "fleetscope_net_transmit_dropped_total", "Packets dropped on transmit."),
-        ("carrier_changes", MetricSpec(
-            "fleetscope_net_carrier_changes_total", "counter", "Times the link went up or down.", _DEVICE,
-            raw="carrier_changes")),
-        ("up", MetricSpec(
-            "fleetscope_net_up", "gauge", "1 if the interface's operstate is up, 0 otherwise.", _DEVICE,
-            raw="operstate")),
-        ("speed", MetricSpec(
-            "fleetscope_net_speed_bytes_per_second", "gauge",
-            "Link speed (absent when the driver does not report one).", _DEVICE, unit="bytes/second",
-            raw="speed", scale=1e6 / 8)),
-        ("mtu", MetricSpec("fleetscope_net_mtu_bytes", "gauge", "MTU of the interface.", _DEVICE, unit="bytes",
-                           raw="mtu")),
-        ("info", MetricSpec(
-            "fleetscope_net_info", "info", "One interface: its state, hardware address and driver.", _DEVICE,
-            info_keys=("operstate", "address", "driver"))),
+        (
+            "carrier_changes",
+            MetricSpec(
+                "fleetscope_net_carrier_changes_total",
+                "counter",
+                "Times the link went up or down.",
+                _DEVICE,
+                raw="carrier_changes",
+            ),
+        ),
+        (
+            "up",
+            MetricSpec(
+                "fleetscope_net_up",
+                "gauge",
+                "1 if the interface's operstate is up, 0 otherwise.",
+                _DEVICE,
+                raw="operstate",
+            ),
+        ),
+        (
+            "speed",
+            MetricSpec(
+                "fleetscope_net_speed_bytes_per_second",
+                "gauge",
+                "Link speed (absent when the driver does not report one).",
+                _DEVICE,
+                unit="bytes/second",
+                raw="speed",
+                scale=1e6 / 8,
+            ),
+        ),
+        (
+            "mtu",
+            MetricSpec(
+                "fleetscope_net_mtu_bytes", "gauge", "MTU of the interface.", _DEVICE, unit="bytes", raw="mtu"
+            ),
+        ),
+        (
+            "info",
+            MetricSpec(
+                "fleetscope_net_info",
+                "info",
+                "One interface: its state, hardware address and driver.",
+                _DEVICE,
+                info_keys=("operstate", "address", "driver"),
+            ),
+        ),
     ],
 )
 STATISTICS = tuple(k for k, s in NETDEV_TABLE.specs.items() if s.raw == f"statistics/{k}")
@@ -102,7 +141,8 @@ def select_interfaces(names: list[str], include: str, exclude: str) -> list[str]
     including = re.compile(include) if include else None
     excluding = re.compile(exclude) if exclude else None
     return [
-        n for n in names
+        n
+        for n in names
         if (including is None or including.search(n)) and not (excluding and excluding.search(n))
     ]
 

@@ -29,22 +29,42 @@ NETSTAT_TABLE = table(
     "netstat",
     "Node-wide TCP counters from `/proc/net/snmp` and `/proc/net/netstat` (host network namespace).",
     [
-        _counter("Tcp.RetransSegs", "fleetscope_tcp_retransmitted_segments_total",
-                 "TCP segments retransmitted (retransmit ratio: rate of this over rate of out segments)."),
+        _counter(
+            "Tcp.RetransSegs",
+            "fleetscope_tcp_retransmitted_segments_total",
+            "TCP segments retransmitted (retransmit ratio: rate of this over rate of out segments).",
+        ),
         _counter("Tcp.OutSegs", "fleetscope_tcp_out_segments_total", "TCP segments sent."),
         _counter("Tcp.InSegs", "fleetscope_tcp_in_segments_total", "TCP segments received."),
         _counter("Tcp.InErrs", "fleetscope_tcp_in_errors_total", "TCP segments received with errors."),
-        _counter("TcpExt.TCPTimeouts", "fleetscope_tcp_timeouts_total", "TCP retransmission timeouts (RTO fired)."),
-        _counter("TcpExt.TCPLostRetransmit", "fleetscope_tcp_lost_retransmits_total",
-                 "TCP retransmissions that were lost again."),
-        _counter("TcpExt.TCPSynRetrans", "fleetscope_tcp_syn_retransmits_total",
-                 "TCP SYN retransmissions (slow connection set-up, e.g. rendezvous or NCCL bootstrap)."),
-        _counter("TcpExt.ListenOverflows", "fleetscope_tcp_listen_overflows_total",
-                 "Connections dropped because a listener's accept queue was full."),
-        _counter("TcpExt.ListenDrops", "fleetscope_tcp_listen_drops_total",
-                 "Connection requests a listener dropped (any reason, overflows included)."),
-        _counter("TcpExt.TCPRcvQDrop", "fleetscope_tcp_receive_queue_drops_total",
-                 "Segments dropped because a socket's receive queue was full."),
+        _counter(
+            "TcpExt.TCPTimeouts", "fleetscope_tcp_timeouts_total", "TCP retransmission timeouts (RTO fired)."
+        ),
+        _counter(
+            "TcpExt.TCPLostRetransmit",
+            "fleetscope_tcp_lost_retransmits_total",
+            "TCP retransmissions that were lost again.",
+        ),
+        _counter(
+            "TcpExt.TCPSynRetrans",
+            "fleetscope_tcp_syn_retransmits_total",
+            "TCP SYN retransmissions (slow connection set-up, e.g. rendezvous or NCCL bootstrap).",
+        ),
+        _counter(
+            "TcpExt.ListenOverflows",
+            "fleetscope_tcp_listen_overflows_total",
+            "Connections dropped because a listener's accept queue was full.",
+        ),
+        _counter(
+            "TcpExt.ListenDrops",
+            "fleetscope_tcp_listen_drops_total",
+            "Connection requests a listener dropped (any reason, overflows included).",
+        ),
+        _counter(
+            "TcpExt.TCPRcvQDrop",
+            "fleetscope_tcp_receive_queue_drops_total",
+            "Segments dropped because a socket's receive queue was full.",
+        ),
     ],
 )
 
@@ -80,7 +100,7 @@ def parse_pairs(text: str) -> dict[tuple[str, str], int]:
         if len(names) != len(numbers):
             logger.debug("netstat: section %s has %d names and %d values", section, len(names), len(numbers))
             continue
-        for name, number in zip(names, numbers):
+        for name, number in zip(names, numbers, strict=True):
             try:
                 values[(section, name)] = int(number)
             except ValueError:
