@@ -252,10 +252,6 @@ class CounterSet:
     unreadable: tuple[str, ...] = ()  # files listed but not readable as a number
     lifespan_ms: int | None = None
 
-    @property
-    def listed(self) -> int:
-        return len(self.values) + len(self.unreadable)
-
 
 @dataclass(frozen=True)
 class EfaPort:
@@ -335,7 +331,8 @@ def _read_counters(sysfs: Root, *parts: str) -> CounterSet:
             value = parse_counter(sysfs.read_attr(*parts, name))
         except (Unreadable, ValueError) as exc:
             logger.debug("skipping %s: %s", "/".join((*parts, name)), exc)
-            unreadable.append(name)
+            if name != LIFESPAN:  # a setting, not one of the counters
+                unreadable.append(name)
             continue
         if name == LIFESPAN:
             lifespan = value
