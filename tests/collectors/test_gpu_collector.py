@@ -1,0 +1,443 @@
+"""The GPU collector through the real daemon, the real pynvml and the fake NVML library (the issue's "Done when")."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from fleetscope.check import run_check
+from fleetscope.collectors.gpu import GpuCollector
+from fleetscope.config import Config, load
+from fleetscope.daemon import Daemon, build_daemon
+from fleetscope.errors import NoHardware
+from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY
+from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import FIXTURES, ROOT, require_binary
+
+VARIANTS = os.path.join(FIXTURES, "kmsg", "variants.kmsg")
+BOOT = 1_700_000_000
+
+
+class Node:
+    """A fake GPU node: NVML scenario installed, sysfs PCI tree, procfs with the GPU processes, kernel log."""
+
+    def __init__(self, root: str, scenario: str | None, kmsg: str = "", settings: dict[str, Any] | None = None,
+                 environ: dict[int, dict[str, str]] | None = None) -> None:
+        self.root = root
+        self.fake: FakeNvml | None = None
+        template = load_scenario(scenario or "h100_8x_healthy")
+        write_sysfs(template, os.path.join(root, "sys"))
+        proc = os.path.join(root, "proc")
+        os.makedirs(proc, exist_ok=True)
+        with open(os.path.join(proc, "stat"), "w") as handle:
+            handle.write(f"cpu 1 2 3\nbtime {BOOT}\n")
+        for pid, env in (environ or {}).items():
+            os.makedirs(os.path.join(proc, str(pid)))
+            with open(os.path.join(proc, str(pid), "cgroup"), "w") as handle:
+                handle.write(f"0::/system.slice/slurmstepd.scope/job_{env.get('SLURM_JOB_ID', '1')}/step_0/user/task_0\n")
+            with open(os.path.join(proc, str(pid), "environ"), "w") as handle:
+                handle.write("".join(f"{k}={v}\0" for k, v in env.items()))
+        self.kmsg = os.path.join(root, "kmsg")
+        with open(self.kmsg, "w") as handle:
+            handle.write(kmsg)
+        if scenario is not None:
+            self.fake = template
+            install(template)
+        else:
+            uninstall()
+        self.config = load({
+            "path.sysfs": os.path.join(root, "sys"), "path.procfs": proc, "path.kmsg": self.kmsg,
+            "gpu.jobs-dir": os.path.join(root, "jobs"), **(settings or {}),
+        }, environ={})
+
+    def append_kmsg(self, text: str) -> None:
+        with open(self.kmsg, "a") as handle:
+            handle.write(text)
+
+
+@pytest.fixture
+def node(tmp_path) -> Iterator[Callable[..., Node]]:
+    made: list[Node] = []
+    collectors: list[GpuCollector] = []
+
+    def make(scenario: str | None = "h100_8x_healthy", **kwargs: Any) -> Node:
+        built = Node(str(tmp_path / f"node{len(made)}"), scenario, **kwargs)
+        made.append(built)
+        return built
+
+    make.collectors = collectors  # type: ignore[attr-defined]
+    yield make
+    for built in made:
+        if built.fake is not None:
+            built.fake.release()
+    uninstall()
+
+
+def gpu_daemon(config: Config) -> Daemon:
+    return build_daemon(config, collectors={"gpu": GpuCollector(config)})
+
+
+def scrape(daemon: Daemon) -> dict[str, dict[tuple, float]]:
+    """name -> {sorted label items: value} from a GET /metrics of the daemon app."""
+    with TestClient(daemon.app) as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def text_of(daemon: Daemon) -> str:
+    with TestClient(daemon.app) as client:
+        return client.get("/metrics").text
+
+
+def value(metrics: dict, name: str, **labels: str) -> float | None:
+    for key, val in metrics.get(name, {}).items():
+        if all(dict(key).get(k) == v for k, v in labels.items()):
+            return val
+    return None
+
+
+def collect_once(daemon: Daemon) -> None:
+    for runner in daemon.engine.runners:
+        reading = runner.run_once()
+        assert reading.status in ("ok", "no_hardware"), reading.error
+
+
+def close(daemon: Daemon) -> None:
+    daemon.engine.stop()
+
+
+# -- every metric, base units, promtool -------------------------------------------------------------
+
+def expand(text: str) -> list[str]:
+    """``a_{b,c}_d`` -> ``a_b_d``, ``a_c_d`` (the contract's shorthand); label sets after a name are dropped."""
+    match = re.search(r"\{([^{}]*)\}", text)
+    if match is None:
+        return [text]
+    if match.end() == len(text) or not re.match(r"[a-z_]", text[match.end()]):
+        return expand(text[:match.start()])  # a trailing {labels}
+    return [x for option in match.group(1).split(",") for x in expand(text[:match.start()] + option + text[match.end():])]
+
+
+def contract_names() -> set[str]:
+    with open(os.path.join(ROOT, "docs", "design.md")) as handle:
+        spans = re.findall(r"(?<!`)`([^`\n]+)`(?!`)", handle.read())
+    return {name for span in spans for name in expand(span.strip())}
+
+
+# The scenario's GPU i runs pid 4101 + i: rank 8 + i of job "llama" (this node is the job's second).
+JOBS_ENV = {4101 + i: {"FLEETSCOPE_JOB": "llama", "SLURM_JOB_ID": "777", "RANK": str(8 + i), "LOCAL_RANK": str(i)}
+            for i in range(8)}
+
+
+def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
+    n = node("h100_8x_healthy", environ=JOBS_ENV, settings={"gpu.expected-count": 8},
+             kmsg="4,1,5000000,-;NVRM: Xid (PCI:0000:53:00): 13, pid=4101, name=python3, Graphics Exception\n")
+    n.fake.gpu(1).set(fan_percent=40)  # a board with a fan, so the fan metric shows too
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    collect_once(daemon)  # GPM ratios need a second sample
+    text = text_of(daemon)
+    metrics = scrape(daemon)
+    close(daemon)
+
+    contract = contract_names()
+    names = [spec.name for table in GpuCollector.tables for spec in table]
+    for name in names:
+        assert name in contract, f"{name} is not in the design contract"
+        assert any(m == name or m == name.removesuffix("_info") + "_info" for m in metrics), f"{name} missing"
+
+    g5 = {"gpu": "5", "uuid": n.fake.gpu(5).uuid}
+    assert value(metrics, "fleetscope_gpu_power_watts", **g5) == pytest.approx(612.345)
+    assert value(metrics, "fleetscope_gpu_power_limit_watts", **g5) == pytest.approx(700.0)
+    assert value(metrics, "fleetscope_gpu_energy_joules_total", **g5) == pytest.approx(987654.321)
+    assert value(metrics, "fleetscope_gpu_utilization_ratio", **g5) == pytest.approx(0.97)
+    assert value(metrics, "fleetscope_gpu_memory_utilization_ratio", **g5) == pytest.approx(0.61)
+    assert value(metrics, "fleetscope_gpu_memory_reserved_bytes", **g5) == 560988160
+    assert value(metrics, "fleetscope_gpu_memory_used_bytes", **g5) == 73014444032
+    assert value(metrics, "fleetscope_gpu_temperature_celsius", **g5) == 52
+    assert value(metrics, "fleetscope_gpu_memory_temperature_celsius", **g5) == 61
+    assert value(metrics, "fleetscope_gpu_slowdown_temperature_celsius", **g5) == 90
+    assert value(metrics, "fleetscope_gpu_clock_hertz", clock="sm", **g5) == pytest.approx(1.98e9)
+    assert value(metrics, "fleetscope_gpu_clock_max_hertz", clock="memory", **g5) == pytest.approx(2.619e9)
+    assert value(metrics, "fleetscope_gpu_throttle_active", reason="sw_power_cap", **g5) == 1
+    assert value(metrics, "fleetscope_gpu_throttle_active", reason="hw_thermal", **g5) == 0
+    assert value(metrics, "fleetscope_gpu_throttle_seconds_total", reason="sw_power_cap", **g5) == pytest.approx(12.5)
+    assert value(metrics, "fleetscope_gpu_throttle_seconds_total", reason="sw_thermal", **g5) == pytest.approx(1.5)
+    assert value(metrics, "fleetscope_gpu_ecc_errors_total", error_type="corrected", counter_type="aggregate", **g5) == 41
+    assert value(metrics, "fleetscope_gpu_remapped_rows", cause="correctable", **g5) == 2
+    assert value(metrics, "fleetscope_gpu_pcie_replays_total", **g5) == 7
+    assert value(metrics, "fleetscope_gpu_pcie_link_generation", **g5) == 5
+    assert value(metrics, "fleetscope_gpu_pcie_throughput_bytes_per_second", direction="rx", **g5) == 2500000 * 1024
+    assert value(metrics, "fleetscope_gpu_nvlink_up", link="17", **g5) == 1
+    assert value(metrics, "fleetscope_gpu_sm_active_ratio", **g5) == pytest.approx(0.825)
+    assert value(metrics, "fleetscope_gpu_tensor_active_ratio", **g5) == pytest.approx(0.6325)
+    assert value(metrics, "fleetscope_gpu_processes", **g5) == 1
+    assert value(metrics, "fleetscope_gpu_process_memory_bytes", **g5) == 70000000000
+    assert value(metrics, "fleetscope_gpu_fan_speed_ratio", gpu="1") == pytest.approx(0.4)
+    assert value(metrics, "fleetscope_gpu_fan_speed_ratio", **g5) is None  # SXM: absent, not 0
+    assert value(metrics, "fleetscope_gpu_lost", **g5) == 0
+    assert value(metrics, "fleetscope_gpu_nvml_devices") == 8
+    assert value(metrics, "fleetscope_gpu_pci_devices") == 8
+    assert value(metrics, "fleetscope_gpu_expected_devices") == 8
+    assert value(metrics, "fleetscope_gpu_info", pci_bus_id="00000000:A8:00.0", architecture="hopper",
+                 driver_version="550.90.07", mig_mode="disabled", **g5) == 1
+    assert value(metrics, "fleetscope_gpu_job_info", training_job="llama", rank="13", local_rank="5",
+                 slurm_job_id="777", **g5) == 1
+    g0 = {"gpu": "0", "uuid": n.fake.gpu(0).uuid}
+    assert value(metrics, "fleetscope_gpu_xid_errors_total", xid="13", action="RESTART_APP", **g0) == 1
+    assert value(metrics, "fleetscope_gpu_last_xid_timestamp_seconds", **g0) == pytest.approx(BOOT + 5)
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 1
+
+    promtool = require_binary("promtool")
+    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_expected_devices_absent_unless_configured(node) -> None:
+    n = node("a100_8x")
+    collector = GpuCollector(n.config)
+    names = {f.name for f in collector.collect()}
+    collector.close()
+    assert "fleetscope_gpu_expected_devices" not in names and "fleetscope_gpu_pci_devices" in names
+    assert "fleetscope_gpu_sm_active_ratio" not in names  # no GPM on Ampere
+
+
+# -- a GPU lost mid-run -----------------------------------------------------------------------------
+
+
+def test_gpu_lost_mid_run_others_keep_reporting(node) -> None:
+    n = node("h100_8x_healthy", settings={"gpu.lost-retry": "1h"})
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    n.fake.lose(3)
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    uuid3 = n.fake.gpu(3).uuid
+    assert value(metrics, "fleetscope_gpu_lost", gpu="3", uuid=uuid3) == 1
+    assert value(metrics, "fleetscope_gpu_temperature_celsius", gpu="3") is None
+    assert value(metrics, "fleetscope_gpu_info", gpu="3", uuid=uuid3) == 1  # identity stays joinable
+    for other in (0, 1, 2, 4, 5, 6, 7):
+        assert value(metrics, "fleetscope_gpu_lost", gpu=str(other)) == 0
+        assert value(metrics, "fleetscope_gpu_temperature_celsius", gpu=str(other)) == 52
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 1
+    # Not retried before gpu.lost-retry, even though it would answer now.
+    n.fake.recover(3)
+    collect_once(daemon)
+    assert value(scrape(daemon), "fleetscope_gpu_lost", gpu="3") == 1
+    close(daemon)
+
+
+def test_lost_gpu_is_retried_and_comes_back(node) -> None:
+    n = node("lost_gpu", settings={"gpu.lost-retry": "1ms"})
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    assert value(scrape(daemon), "fleetscope_gpu_lost", gpu="3") == 1
+    n.fake.recover(3)
+    time.sleep(0.01)  # past the 1 ms retry interval
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    assert value(metrics, "fleetscope_gpu_lost", gpu="3", uuid=n.fake.gpu(3).uuid) == 0
+    assert value(metrics, "fleetscope_gpu_temperature_celsius", gpu="3") == 52
+    close(daemon)
+
+
+# -- older driver, hanging call, no library -----------------------------------------------------------
+
+
+def test_older_driver_still_reports(node) -> None:
+    n = node("older_driver")
+    collector = GpuCollector(n.config)
+    families = {f.name: f for f in collector.collect()}
+    collector.close()
+    temps = [s.value for s in families["fleetscope_gpu_temperature_celsius"].samples]
+    assert temps == [52] * 8
+    throttle = {(s.labels["gpu"], s.labels["reason"]): s.value for s in families["fleetscope_gpu_throttle_active"].samples}
+    assert throttle[("0", "sw_power_cap")] == 1 and len(throttle) == 8 * 9
+    assert len(families["fleetscope_gpu_processes"].samples) == 8
+    assert "fleetscope_gpu_memory_reserved_bytes" not in families  # v1 memory info has no reserved
+    info = families["fleetscope_gpu"].samples[0].labels  # an info family is named without _info
+    assert info["driver_version"] == "525.147.05"
+
+
+def test_hanging_call_is_cut_off_and_metrics_keep_answering(node) -> None:
+    n = node("hanging_call", settings={"collector.gpu.timeout": "300ms"})
+    daemon = gpu_daemon(n.config)
+    [runner] = daemon.engine.runners
+    assert runner.run_once().status == "timeout"
+    metrics = scrape(daemon)
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 0
+    assert runner.run_once().status == "timeout"  # no second attempt stacked on the stuck one
+    n.fake.release()
+    runner._worker.join(10)
+    assert runner.run_once().status == "ok"
+    assert value(scrape(daemon), "fleetscope_gpu_power_watts", gpu="0") == pytest.approx(612.345)
+    close(daemon)
+
+
+def test_no_nvml_library_daemon_serves_everything_else(node) -> None:
+    n = node(None)  # uninstalls any fake: pynvml looks for the real libnvidia-ml.so.1, which is absent here
+    config = load({
+        "path.sysfs": os.path.join(FIXTURES, "p5", "sys"), "path.procfs": os.path.join(FIXTURES, "p5", "proc"),
+        "path.kmsg": n.kmsg, "collector.ena": False,
+    }, environ={})
+    daemon = build_daemon(config)
+    assert "gpu" in daemon.collectors
+    daemon.engine.start()
+    try:
+        assert daemon.engine.wait_ready(30)
+        metrics = scrape(daemon)
+    finally:
+        daemon.engine.stop()
+    assert value(metrics, "fleetscope_collector_hardware_present", collector="gpu") == 0
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 1
+    assert value(metrics, "fleetscope_collector_hardware_present", collector="efa") == 1
+    assert value(metrics, "fleetscope_efa_devices") == 32
+    assert not [name for name in metrics if name.startswith("fleetscope_gpu_")]
+    with pytest.raises(NoHardware):
+        GpuCollector(config).collect()
+
+
+# -- Xids: kernel log formats, NVML events, one count per occurrence --------------------------------
+
+
+def xid_counts(metrics: dict) -> dict[tuple[str, str, str], float]:
+    return {(dict(k)["gpu"], dict(k)["xid"], dict(k)["action"]): v
+            for k, v in metrics.get("fleetscope_gpu_xid_errors_total", {}).items()}
+
+
+EXPECTED_KMSG = {
+    ("0", "13", "RESTART_APP"): 2, ("0", "79", "RESTART_BM"): 1, ("1", "31", "RESTART_APP"): 1,
+    ("2", "31", "RESTART_APP"): 1, ("3", "32", "RESTART_APP"): 1, ("4", "13", "RESTART_APP"): 1,
+    ("5", "149", "WORKFLOW_NVLINK5_ERR"): 1, ("6", "154", "FOLLOW_RECOVERY_ACTION"): 1, ("7", "79", "RESTART_BM"): 1,
+}
+
+
+def test_kernel_log_variants_count_per_gpu(node) -> None:
+    with open(VARIANTS) as handle:
+        n = node("h100_8x_healthy", kmsg=handle.read())
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    collect_once(daemon)  # the log is followed, not re-read
+    metrics = scrape(daemon)
+    close(daemon)
+    assert xid_counts(metrics) == EXPECTED_KMSG
+    assert value(metrics, "fleetscope_gpu_xid_errors_total", gpu="7", uuid=n.fake.gpu(7).uuid, xid="79") == 1
+
+
+def test_kernel_log_without_nvml_identifies_gpus_by_pci(node) -> None:
+    with open(VARIANTS) as handle:
+        n = node(None, kmsg=handle.read(), settings={"gpu.xid-window": "1000000h"})
+    collector = GpuCollector(n.config)
+    daemon = build_daemon(n.config, collectors={"gpu": collector})
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    assert xid_counts(metrics) == EXPECTED_KMSG
+    # uuid from the driver's "GPU at PCI:" line where the log has one, else empty
+    assert value(metrics, "fleetscope_gpu_xid_errors_total", gpu="0", xid="79",
+                 uuid="GPU-11111111-2222-3333-4444-555555555555") == 1
+    assert value(metrics, "fleetscope_gpu_xid_errors_total", gpu="7", xid="79", uuid="") == 1
+    assert value(metrics, "fleetscope_gpu_pci_devices") == 8
+    assert value(metrics, "fleetscope_gpu_nvml_devices") is None
+    assert value(metrics, "fleetscope_collector_hardware_present", collector="gpu") == 1
+    findings, code = run_check(n.config, collectors={"gpu": collector})
+    assert code == EXIT_UNHEALTHY
+    assert any("NVML unavailable" in f.message for f in findings)
+    assert any(f.subject == "gpu 7" and "Xid 79" in f.message for f in findings), findings
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_nvml_event_and_kernel_log_line_count_once(node) -> None:
+    n = node("xid_events")
+    daemon = gpu_daemon(n.config)
+    collector: GpuCollector = daemon.collectors["gpu"]
+    collect_once(daemon)  # starts the event watcher; the scenario's pending events arrive on registration
+    assert wait_for(lambda: sum(collector._ledger.counts().values()) >= 4)
+    # The same Xid 79 of GPU 5, as the kernel logged it (stamped now, in usec since boot).
+    usec = int((time.time() - BOOT) * 1e6)
+    n.append_kmsg(f"4,9,{usec},-;NVRM: Xid (PCI:0000:a8:00): 79, pid=4106, name=python3, GPU has fallen off the bus.\n")
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    counts = xid_counts(metrics)
+    assert counts[("5", "79", "RESTART_BM")] == 1
+    assert counts[("0", "13", "RESTART_APP")] == 2  # two identical Xids are two errors
+    assert counts[("2", "48", "WORKFLOW_XID_48")] == 1
+    # A later repeat is a new occurrence: the counter moves.
+    n.fake.inject_xid(5, 79)
+    assert wait_for(lambda: collector._ledger.counts().get(
+        (collector._nvml.identity(5).pci, 79)) == 2)  # type: ignore[union-attr]
+    collect_once(daemon)
+    assert xid_counts(scrape(daemon))[("5", "79", "RESTART_BM")] == 2
+    close(daemon)
+
+
+# -- health ----------------------------------------------------------------------------------------
+
+
+def test_healthy_node_checks_healthy(node) -> None:
+    n = node("h100_8x_healthy", settings={"gpu.expected-count": 8})
+    findings, code = run_check(n.config, collectors={"gpu": GpuCollector(n.config)})
+    assert (findings, code) == ([], EXIT_HEALTHY)
+
+
+def test_health_findings(node) -> None:
+    n = node("h100_8x_healthy", settings={"gpu.expected-count": 9})
+    n.fake.gpu(1).set(remapped_rows={"failure": 1}, recovery_action=2)
+    n.fake.gpu(2).set(ecc={"uncorrected_volatile": 4}, remapped_rows={"pending": 1})
+    n.fake.gpu(6).nvlink_up[3] = False
+    n.fake.lose(4)
+    n.append_kmsg("4,1,1000,-;NVRM: Xid (PCI:0000:75:00): 13, pid=1, name=p, Graphics Exception\n")
+    usec = int((time.time() - BOOT) * 1e6)
+    n.append_kmsg(f"4,2,{usec},-;NVRM: Xid (PCI:0000:ca:00): 119, pid=1, name=p, Timeout after 6s of waiting\n")
+    findings, code = run_check(n.config, collectors={"gpu": GpuCollector(n.config)})
+    lines = sorted(f"{f.subject}: {f.message}" for f in findings)
+    assert code == EXIT_UNHEALTHY
+    assert lines == sorted([
+        "node: 8 of 9 expected GPUs on the PCI bus",
+        "node: NVML sees 8 GPUs, 9 expected",
+        "gpu 1: row remapping failed",
+        "gpu 1: driver recovery action: node reboot required",
+        "gpu 2: 4 uncorrectable ECC errors since driver load",
+        "gpu 2: row remap pending: reset the GPU",
+        "gpu 4: lost (NVML: GPU is lost; fallen off the bus?)",
+        "gpu 6: NVLink down: link 3",
+        "gpu 7: Xid 119 (RESET_GPU) x1 in the last 3600s",
+    ])  # the old, application-level Xid 13 is no finding
+
+
+# -- packaging -------------------------------------------------------------------------------------
+
+
+def test_collector_imports_without_loading_pynvml() -> None:
+    code = ("import sys; from fleetscope.collectors.gpu import GpuCollector; GpuCollector.tables; "
+            "from fleetscope.catalog import render_catalog; "
+            "assert 'pynvml' not in sys.modules, 'pynvml imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_job_info_has_no_per_pid_labels() -> None:
+    from fleetscope.sources.gpu_jobs import JOBS_TABLE
+
+    assert not re.search(r"pid", " ".join(JOBS_TABLE["job_info"].all_labels))
