@@ -26,12 +26,26 @@ def test_buffer_drops_oldest_and_counts() -> None:
 
 def test_given_back_batch_goes_first_and_only_its_oldest_overflow() -> None:
     buffer = RecordBuffer(4)
-    batch = [{"i": i} for i in range(3)]
+    for i in range(3):
+        buffer.put({"i": i})
+    batch = buffer.take(3)
     buffer.put({"i": 3})
     buffer.put({"i": 4})
+    assert buffer.stats(0).pending == 5  # two queued, three in flight
     buffer.give_back(batch)  # room for 2 of the 3: record 0, the oldest, is dropped
-    assert buffer.dropped == 1
+    stats = buffer.stats(0)
+    assert (stats.dropped, stats.pending) == (1, 4)
     assert [r["i"] for r in buffer.take(10)] == [1, 2, 3, 4]
+
+
+def test_settled_batches_are_counted_as_sent_or_rejected() -> None:
+    buffer = RecordBuffer(10)
+    for i in range(5):
+        buffer.put({"i": i})
+    buffer.settle(buffer.take(3), delivered=True)
+    buffer.settle(buffer.take(1), delivered=False)
+    stats = buffer.stats(0)
+    assert (stats.enqueued, stats.sent, stats.rejected, stats.pending, stats.dropped) == (5, 3, 1, 1, 0)
 
 
 def test_sender_retries_until_the_daemon_comes_up() -> None:

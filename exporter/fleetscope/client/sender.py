@@ -40,7 +40,12 @@ class SenderStats:
 
 
 class RecordBuffer:
-    """A FIFO of at most ``capacity`` records that drops the oldest on overflow."""
+    """A FIFO of at most ``capacity`` records that drops the oldest on overflow.
+
+    It also keeps the delivery accounting (in flight, sent, rejected) under
+    its one lock, so a stats snapshot always adds up: every record ever put is
+    pending, sent, rejected or dropped.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -48,6 +53,9 @@ class RecordBuffer:
         self._items: deque[dict[str, Any]] = deque()
         self.enqueued = 0
         self.dropped = 0
+        self.in_flight = 0
+        self.sent = 0
+        self.rejected = 0
 
     def put(self, record: dict[str, Any]) -> int:
         with self._lock:
@@ -61,17 +69,35 @@ class RecordBuffer:
     def take(self, limit: int) -> list[dict[str, Any]]:
         with self._lock:
             count = min(limit, len(self._items))
+            self.in_flight += count
             return [self._items.popleft() for _ in range(count)]
+
+    def settle(self, batch: list[dict[str, Any]], delivered: bool) -> None:
+        """A taken batch is done: stored by the daemon, or refused for good."""
+        with self._lock:
+            self.in_flight -= len(batch)
+            if delivered:
+                self.sent += len(batch)
+            else:
+                self.rejected += len(batch)
 
     def give_back(self, batch: list[dict[str, Any]]) -> None:
         """Return an undelivered batch to the front; if that overflows, its oldest records go."""
         with self._lock:
+            self.in_flight -= len(batch)
             room = self.capacity - len(self._items)
             if room < len(batch):
                 overflow = len(batch) - max(room, 0)
                 self.dropped += overflow
                 batch = batch[overflow:]
             self._items.extendleft(reversed(batch))
+
+    def stats(self, failures: int) -> SenderStats:
+        with self._lock:
+            return SenderStats(
+                enqueued=self.enqueued, sent=self.sent, dropped=self.dropped, rejected=self.rejected,
+                pending=len(self._items) + self.in_flight, failures=failures,
+            )
 
     def __len__(self) -> int:
         return len(self._items)
@@ -95,10 +121,7 @@ class Sender:
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.buffer = RecordBuffer(capacity)
-        self.sent = 0
-        self.rejected = 0
         self.failures = 0
-        self._in_flight = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,10 +146,7 @@ class Sender:
                 self._thread.start()
 
     def stats(self) -> SenderStats:
-        return SenderStats(
-            enqueued=self.buffer.enqueued, sent=self.sent, dropped=self.buffer.dropped, rejected=self.rejected,
-            pending=len(self.buffer) + self._in_flight, failures=self.failures,
-        )
+        return self.buffer.stats(self.failures)
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is buffered (one attempt) and stop the thread, waiting at most ``timeout``."""
@@ -161,48 +181,42 @@ class Sender:
                 if not batch:
                     backoff = 0.0
                     break
-                self._in_flight = len(batch)
-                try:
-                    delivered = self._deliver(batch)
-                finally:
-                    self._in_flight = 0
-                if not delivered:
+                outcome = self._deliver(batch)
+                if outcome is None:
                     self.buffer.give_back(batch)
                     self.failures += 1
                     backoff = min(self.max_backoff, max(0.5, backoff * 2)) * random.uniform(0.8, 1.2)
                     break
+                self.buffer.settle(batch, delivered=outcome)
                 backoff = 0.0
             if stopping:
                 return
 
-    def _deliver(self, batch: list[dict[str, Any]]) -> bool:
-        """True when the batch is settled (stored, or refused for good); False to retry later."""
+    def _deliver(self, batch: list[dict[str, Any]]) -> bool | None:
+        """True: stored. False: refused for good (dropped, counted). None: retry later."""
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             body = json.dumps(batch).encode()
-        except (TypeError, ValueError) as exc:  # a value json cannot encode: drop, never retry forever
-            self.rejected += len(batch)
+        except (TypeError, ValueError) as exc:  # a value json cannot encode: never retry it forever
             logger.warning("fleetscope: dropping %d records that cannot be encoded: %s", len(batch), exc)
-            return True
+            return False
         request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
                 response.read()
-            self.sent += len(batch)
             return True
         except urllib.error.HTTPError as exc:
             if exc.code == 429 or exc.code >= 500:
                 self._warn(f"daemon answered {exc.code}")
-                return False
-            self.rejected += len(batch)
+                return None
             detail = exc.read()[:300].decode("utf-8", "replace")
             logger.warning("fleetscope: daemon refused %d records (%d): %s", len(batch), exc.code, detail)
-            return True
+            return False
         except Exception as exc:  # connection refused, timeout, DNS: the daemon is down or slow
             self._warn(f"{type(exc).__name__}: {exc}")
-            return False
+            return None
 
     def _warn(self, message: str) -> None:
         if not self._warned:
