@@ -5,8 +5,7 @@
 #
 # One file per GPU in $FLEETSCOPE_JOBS_DIR (default /run/fleetscope/jobs, the
 # daemon's gpu.jobs-dir), named by the GPU's global index, holding
-# "<job id> <uid>" -- the convention jobstats and dcgm-exporter's
-# --hpc-job-mapping-dir also read:
+# "<job id> <uid>" (jobstats' convention):
 #   /run/fleetscope/jobs/3   ->   "1234 1001"
 # Indices come from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES (which holds
 # global indices in the prolog). Jobs without GPUs write nothing.

@@ -108,15 +108,12 @@ def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
     assert (root / "etc" / "systemd" / "system" / "fleetscope.service").read_text() == UNIT.read_text()
     for script in ("healthcheck.sh", "prolog.sh", "epilog.sh", "task-prolog.sh"):
         assert os.access(root / "opt" / "fleetscope" / "slurm" / script, os.X_OK)
-    # A second run keeps the operator's edited config.
+    # A second run keeps the operator's config, and refuses one the daemon would reject before touching systemd.
     config = root / "etc" / "fleetscope" / "config.yaml"
-    config.write_text("gpu:\n  expected-count: 8\n")
-    assert run().returncode == 0
-    assert config.read_text() == "gpu:\n  expected-count: 8\n"
-    # And refuses a config the daemon would reject, before touching systemd.
     config.write_text("gpu:\n  expected-cuont: 8\n")
     refused = run()
     assert refused.returncode == 1 and "not accepted" in refused.stderr
+    assert config.read_text() == "gpu:\n  expected-cuont: 8\n"
 
 
 def test_unit_file_is_plain_ini() -> None:
