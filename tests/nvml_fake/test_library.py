@@ -1,0 +1,146 @@
+"""The NVML fake as pynvml sees it: real return codes, real structs, scenario files, runtime control."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+import pynvml
+import pytest
+from fleetscope.nvml_fake import FakeGpu, FakeNvml, install, installed, load_scenario, scenario_names, uninstall
+
+
+@pytest.fixture(autouse=True)
+def no_library_left() -> Iterator[None]:
+    yield
+    uninstall()
+
+
+def test_every_scenario_loads_with_unique_identities() -> None:
+    assert {"h100_8x_healthy", "a100_8x", "mig_enabled", "lost_gpu", "xid_events", "hanging_call", "older_driver",
+            "unsupported_fields"} <= set(scenario_names())
+    for name in scenario_names():
+        fake = load_scenario(name)
+        assert len(fake.gpus) == 8
+        assert len({g.uuid for g in fake.gpus}) == 8 and len({g.bus_id for g in fake.gpus}) == 8
+        fake.release()
+
+
+def test_base_scenario_overrides_merge_per_gpu() -> None:
+    fake = load_scenario("xid_events")
+    assert fake.gpu(2).ecc == {"corrected_volatile": 3, "uncorrected_volatile": 1, "corrected_aggregate": 41,
+                               "uncorrected_aggregate": 1}
+    assert fake.gpu(2).processes == [[4103, 70000000000]]  # kept from the base scenario
+    fake.gpu(2).nvlink_up[0] = False
+    assert fake.gpu(3).nvlink_up[0] is True  # no state shared between GPUs
+
+
+def test_set_rejects_unknown_fields() -> None:
+    gpu = FakeGpu()
+    gpu.set(temperature=80, clocks_mhz={"sm": 900})
+    assert gpu.temperature == 80 and gpu.clocks_mhz == {"sm": 900, "memory": 2619, "graphics": 1980}
+    with pytest.raises(AttributeError):
+        gpu.set(temprature=80)
+    gpu.throttle("hw_thermal", "sw_power_cap")
+    assert gpu.throttle_reasons == 0x44
+
+
+def test_calls_before_init_are_uninitialized() -> None:
+    install(FakeNvml([FakeGpu()]))
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+
+
+def test_real_error_classes_and_strings() -> None:
+    fake = load_scenario("unsupported_fields")
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_NotSupported) as unsupported:
+            pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)
+        assert str(unsupported.value) == "Not Supported"
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlDeviceGetHandleByIndex(8)
+        fake.lose(0)
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):
+            pynvml.nvmlDeviceGetName(handle)
+        pynvml.nvmlShutdown()
+
+
+def test_missing_symbol_is_function_not_found() -> None:
+    with installed(load_scenario("older_driver")):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        assert pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) == 0x4
+
+
+def test_sized_calls_follow_the_two_call_protocol() -> None:
+    fake = load_scenario("h100_8x_healthy")
+    fake.gpu(0).processes = [(11, 1 << 30), (12, 2 << 30), (13, 3 << 30)]
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle)
+        assert [(p.pid, p.usedGpuMemory) for p in procs] == [(11, 1 << 30), (12, 2 << 30), (13, 3 << 30)]
+        fake.gpu(0).processes = []
+        assert pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle) == []
+
+
+def test_field_values_answer_per_field() -> None:
+    with installed(load_scenario("older_driver")):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        values = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP,
+                                                          pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+                                                          (pynvml.NVML_FI_DEV_NVLINK_GET_STATE, 17)])
+        assert [v.nvmlReturn for v in values] == [pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED,
+                                                  pynvml.NVML_SUCCESS]
+        assert values[0].value.ullVal == 61 and values[2].scopeId == 17 and values[2].value.uiVal == 1
+
+
+def test_hanging_call_blocks_until_released() -> None:
+    fake = load_scenario("hanging_call")
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        result: list[int] = []
+        worker = threading.Thread(target=lambda: result.append(pynvml.nvmlDeviceGetPowerUsage(handle)), daemon=True)
+        worker.start()
+        worker.join(0.2)
+        assert worker.is_alive() and result == []
+        fake.release()
+        worker.join(5)
+        assert result == [612345]
+
+
+def test_events_only_after_registration_and_for_registered_types() -> None:
+    fake = load_scenario("h100_8x_healthy")
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(1)
+        fake.inject_xid(1, 31)  # before registration: lost, as with the real NVML
+        event_set = pynvml.nvmlEventSetCreate()
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeClock, event_set)
+        pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+        with pytest.raises(pynvml.NVMLError_Timeout):
+            pynvml.nvmlEventSetWait_v2(event_set, 10)
+        fake.inject_xid(1, 79)
+        data = pynvml.nvmlEventSetWait_v2(event_set, 1000)
+        assert (pynvml.nvmlDeviceGetIndex(data.device), data.eventType, data.eventData) == (1, 0x8, 79)
+        assert data.gpuInstanceId == 0xFFFFFFFF
+        fake.lose(1)
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):
+            pynvml.nvmlEventSetWait_v2(event_set, 1000)
+        pynvml.nvmlEventSetFree(event_set)
+
+
+def test_uninstall_returns_to_no_library() -> None:
+    install(load_scenario("a100_8x"))
+    pynvml.nvmlInit()
+    assert pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) == "NVIDIA A100-SXM4-40GB"
+    uninstall()
+    with pytest.raises(pynvml.NVMLError_LibraryNotFound):
+        pynvml.nvmlInit()
