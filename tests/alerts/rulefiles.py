@@ -1,11 +1,11 @@
-"""Shared loading of the committed rule files for the rule tests."""
+"""Loading the committed rule files for the rule tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,13 +25,3 @@ def load_groups(name: str) -> list[dict[str, Any]]:
 def iter_rules(groups: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for group in groups:
         yield from group["rules"]
-
-
-@pytest.fixture(scope="session")
-def production_rules() -> list[dict[str, Any]]:
-    return list(iter_rules(load_groups("fleetscope.rules.yml")))
-
-
-@pytest.fixture(scope="session")
-def production_alerts(production_rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [rule for rule in production_rules if "alert" in rule]

@@ -7,11 +7,10 @@ import re
 
 import pytest
 import yaml
-
 from fleetscope.rules.render import OUTPUTS, render, stale_outputs
 from fleetscope.rules.settings import E2E, PRODUCTION, Settings, seconds
 
-from conftest import ALERTS_DIR, PROMETHEUSRULE_FILE, iter_rules, load_groups
+from .rulefiles import ALERTS_DIR, PROMETHEUSRULE_FILE, iter_rules, load_groups
 
 # A raw metric in an expression: not the middle of a recording rule name (level:metric:ops).
 RAW_METRIC = re.compile(r"(?<![\w:])(fleetscope_\w+|up)\b(?!:)(\{[^}]*\})?")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN_FILES, REPO, iter_rules, load_groups
+from .rulefiles import PLAIN_FILES, REPO, iter_rules, load_groups
 
 RECORDING_NAME = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b")
 METRIC_NAME = re.compile(r"(?<![\w:])fleetscope_[a-z0-9_]+\b(?!:)")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ALERTS_DIR, PLAIN_FILES, PROMETHEUSRULE_FILE, TESTS_DIR, load_groups
+from .rulefiles import ALERTS_DIR, PLAIN_FILES, PROMETHEUSRULE_FILE, TESTS_DIR, load_groups
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conftest import REPO
+from .rulefiles import REPO
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)

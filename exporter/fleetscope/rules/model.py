@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from fleetscope.rules.settings import Settings
 
@@ -31,7 +31,7 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-Rule = Union[Record, Alert]
+Rule = Record | Alert
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,10 @@ def recording_rules(s: Settings) -> Group:
     ))
     for what in ("errors", "dropped"):
         pieces = [
-            (direction, f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{w}])\n  /\n"
-                        f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{w}])")
+            (direction, (
+                f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{w}])\n  /\n"
+                f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{w}])"
+            ))
             for direction in ("receive", "transmit")
         ]
         rules.append(Record(interface_ratio(s, what), labelled_union(pieces, "direction")))

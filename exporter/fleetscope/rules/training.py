@@ -8,7 +8,7 @@ their pipeline stage (stages do different work).
 from __future__ import annotations
 
 from fleetscope.rules.model import RANK_KEY, Alert, Group, Record, indent, num, sel, with_gpu
-from fleetscope.rules.settings import Settings, seconds
+from fleetscope.rules.settings import Settings
 
 STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_median:median"
 RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median"
