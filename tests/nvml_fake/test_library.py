@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import pynvml
 import pytest
-from fleetscope.nvml_fake import FakeGpu, FakeNvml, install, installed, load_scenario, scenario_names, uninstall
+from fleetscope.nvml_fake import (
+    FakeGpu,
+    FakeNvml,
+    install,
+    installed,
+    load_scenario,
+    scenario_names,
+    uninstall,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -24,8 +24,8 @@ CONTAINER = "a" * 64
     # slurmstepd's own processes are no job
     ("0::/system.slice/slurmstepd.scope/system\n", ("", "", "")),
     # Kubernetes, systemd driver (underscores in the UID)
-    (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
-     f"cri-containerd-{CONTAINER}.scope\n", ("", POD_UID, CONTAINER)),
+    ((f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
+      f"cri-containerd-{CONTAINER}.scope\n"), ("", POD_UID, CONTAINER)),
     # Kubernetes, cgroupfs driver
     (f"0::/kubepods/besteffort/pod{POD_UID}/{CONTAINER}\n", ("", POD_UID, CONTAINER)),
     ("0::/user.slice/user-1000.slice/session-3.scope\n", ("", "", "")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from fleetscope.errors import NoHardware

@@ -16,6 +16,13 @@ from fleetscope.nvml_fake.library import FakeGpu, FakeNvml, install, installed, 
 from fleetscope.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
 
 __all__ = [
-    "FakeGpu", "FakeNvml", "install", "installed", "uninstall", "load_scenario", "scenario_names", "SCENARIO_DIR",
+    "SCENARIO_DIR",
+    "FakeGpu",
+    "FakeNvml",
+    "install",
+    "installed",
+    "load_scenario",
+    "scenario_names",
+    "uninstall",
     "write_sysfs",
 ]

@@ -24,8 +24,9 @@ import hashlib
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # nvmlReturn_t codes (nvml.h)
 SUCCESS = 0
@@ -373,7 +374,7 @@ class FakeNvml:
         gpu = self._device(handle)
         text = getattr(gpu, attr) if gpu is not None else None
         status = self._query(handle, function, text, lambda v: None)
-        return status if status != SUCCESS else _write_string(buffer, length, text)
+        return status if status != SUCCESS else _write_string(buffer, length, str(text))
 
     def _nvmlDeviceGetName(self, handle: Any, buffer: Any, length: Any) -> int:
         return self._string_query(handle, "nvmlDeviceGetName", "name", buffer, length)
@@ -766,7 +767,7 @@ class FakeNvml:
 
 def install(fake: FakeNvml) -> None:
     """Make ``pynvml`` use ``fake`` as its native library."""
-    import pynvml
+    import pynvml  # type: ignore[import-untyped]
 
     with pynvml.libLoadLock:
         pynvml.nvmlLib = fake
@@ -776,7 +777,7 @@ def install(fake: FakeNvml) -> None:
 
 def uninstall() -> None:
     """Back to "no library loaded"; the next ``nvmlInit`` looks for the real one."""
-    import pynvml
+    import pynvml  # type: ignore[import-untyped]
 
     with pynvml.libLoadLock:
         pynvml.nvmlLib = None

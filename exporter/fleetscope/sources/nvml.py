@@ -23,8 +23,9 @@ import ctypes
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fleetscope.errors import NoHardware
 from fleetscope.sources.xid import PciAddress, XidSighting
@@ -238,7 +239,7 @@ class NvmlReading:
 class NvmlSource:
     """Owns the NVML session, the per-GPU state (handles, lost GPUs, GPM samples) and the event watcher."""
 
-    def __init__(self, lost_retry: float = 60.0, on_xid: Callable[[XidSighting], None] | None = None,
+    def __init__(self, lost_retry: float = 60.0, on_xid: Callable[[XidSighting], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.lost_retry = lost_retry
         self._on_xid = on_xid
@@ -262,7 +263,7 @@ class NvmlSource:
         if self._nvml is not None:
             return self._nvml
         try:
-            import pynvml  # lazy: nodes without the collector never load the binding
+            import pynvml  # type: ignore[import-untyped]  # lazy: nodes without the collector never load it
         except ImportError as exc:
             raise NoHardware(f"nvidia-ml-py is not installed: {exc}") from None
         try:
@@ -309,7 +310,7 @@ class NvmlSource:
                 self._quiet.add((gpu, key))
                 level = logging.DEBUG if isinstance(exc, nvml.NVMLError_NotSupported) else logging.WARNING
                 logger.log(level, "NVML: gpu %s: %s: %s", gpu, key, exc)
-        except Exception as exc:  # a binding/driver mismatch must cost one value, not the GPU
+        except Exception as exc:  # noqa: BLE001 - a binding/driver mismatch must cost one value, not the GPU
             if (gpu, key) not in self._quiet:
                 self._quiet.add((gpu, key))
                 logger.warning("NVML: gpu %s: %s: %s: %s", gpu, key, type(exc).__name__, exc)
@@ -573,7 +574,7 @@ def _field_value(item: Any) -> float:
 class EventWatcher:
     """NVML error events on a background thread: Xids go to ``on_xid``; re-registers after a GPU loss."""
 
-    def __init__(self, source: NvmlSource, on_xid: Callable[[XidSighting], None], retry: float = 1.0) -> None:
+    def __init__(self, source: NvmlSource, on_xid: Callable[[XidSighting], object], retry: float = 1.0) -> None:
         self._source = source
         self._on_xid = on_xid
         self._retry = retry
@@ -591,7 +592,7 @@ class EventWatcher:
         while not self._stop.is_set():
             try:
                 self._watch_once()
-            except Exception as exc:  # the watcher must outlive any driver trouble
+            except Exception as exc:  # noqa: BLE001 - the watcher must outlive any driver trouble
                 logger.warning("NVML event watcher: %s; re-registering", exc)
             self._stop.wait(self._retry)
 

@@ -33,7 +33,7 @@ def scenario_names() -> list[str]:
 
 
 def _read(path_or_name: str) -> dict[str, Any]:
-    import yaml  # lazy: only the fake needs it at this point
+    import yaml  # type: ignore[import-untyped]  # lazy: only the fake needs it here
 
     path = path_or_name
     if os.path.sep not in path_or_name and not path_or_name.endswith(".yaml"):
