@@ -100,7 +100,8 @@ def render(settings: Settings, fmt: Format = "rules", preset_name: str = "custom
             },
             "spec": document,
         }
-    body = yaml.dump(document, Dumper=_BlockDumper, sort_keys=False, width=120, allow_unicode=True)
+    # A huge width: never fold a long description in the middle of a {{ template }} action.
+    body = yaml.dump(document, Dumper=_BlockDumper, sort_keys=False, width=1_000_000, allow_unicode=True)
     return header + body
 
 

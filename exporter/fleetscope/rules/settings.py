@@ -114,11 +114,6 @@ class Settings:
         if not self.hang_min_seconds <= self.hang_max_seconds:
             raise ValueError("hang_min_seconds must not exceed hang_max_seconds")
 
-    @property
-    def straggler_critical_ratio(self) -> float:
-        """The critical score as a slowdown ratio (0.75 -> 1.333...)."""
-        return 1 / self.straggler_critical_score
-
 
 PRODUCTION = Settings()
 

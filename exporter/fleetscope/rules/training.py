@@ -155,7 +155,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "TrainingStragglerRank",
-            f"{RANK_COMPUTE_RATIO} > {num(s.straggler_critical_ratio)}",
+            f"{RANK_COMPUTE_RATIO} > 1 / {num(s.straggler_critical_score)}",  # relative score below it
             "critical",
             "A training rank computes far slower than the other ranks of its pipeline stage.",
             f"In {rank_labels} the median compute time is {{{{ printf \"%.2f\" $value }}}}x the stage median: "
