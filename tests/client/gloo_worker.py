@@ -14,7 +14,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from fleetscope.client import StepTracker
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))

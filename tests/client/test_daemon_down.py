@@ -13,8 +13,8 @@ import tracemalloc
 from typing import Iterator
 
 import pytest
-
 from fleetscope.client import StepTracker
+
 from tests.conftest import free_port
 
 CALLS = 100_000
@@ -34,8 +34,16 @@ def dead_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_loop_is_not_held_up_and_memory_is_bounded(dead_url: str) -> None:
-    tracker = StepTracker(job="down", rank=0, url=dead_url, environ={}, capacity=CAPACITY, batch_size=256,
-                          flush_interval=0.05, timeout=0.2)
+    tracker = StepTracker(
+        job="down",
+        rank=0,
+        url=dead_url,
+        environ={},
+        capacity=CAPACITY,
+        batch_size=256,
+        flush_interval=0.05,
+        timeout=0.2,
+    )
     tracemalloc.start()
     try:
         started = time.perf_counter()
@@ -62,4 +70,6 @@ def test_loop_is_not_held_up_and_memory_is_bounded(dead_url: str) -> None:
     one_buffer = peak / 2 if peak else 0
     assert current - after_warmup < max(one_buffer, 2_000_000)
     assert peak < 16_000_000
-    print(f"\n{dead_url}: {elapsed / CALLS * 1e6:.2f} us per call under tracemalloc, peak {peak / 1e6:.1f} MB")
+    print(
+        f"\n{dead_url}: {elapsed / CALLS * 1e6:.2f} us per call under tracemalloc, peak {peak / 1e6:.1f} MB"
+    )

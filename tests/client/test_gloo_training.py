@@ -21,11 +21,21 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gloo_worker.p
 def test_two_rank_gloo_training_shows_per_rank_series() -> None:
     with running_daemon() as daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETSCOPE_", "SLURM_"))}
-        env.update({"FLEETSCOPE_PUSH_URL": daemon.url, "FLEETSCOPE_JOB": "gloo-ddp", "GLOO_TEST_STEPS": str(STEPS),
-                    "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+        env.update(
+            {
+                "FLEETSCOPE_PUSH_URL": daemon.url,
+                "FLEETSCOPE_JOB": "gloo-ddp",
+                "GLOO_TEST_STEPS": str(STEPS),
+                "GLOO_SOCKET_IFNAME": "lo",
+                "OMP_NUM_THREADS": "1",
+            }
+        )
         result = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", WORKER],
-            env=env, capture_output=True, text=True, timeout=240,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -38,14 +48,19 @@ def test_two_rank_gloo_training_shows_per_rank_series() -> None:
             assert value("fleetscope_training_samples_total", rank) == STEPS * 16
             assert value("fleetscope_training_tokens_total", rank) == STEPS * 16 * 32
             step_total = value("fleetscope_training_step_seconds_total", rank)
-            parts = sum(value(f"fleetscope_training_{p}_seconds_total", rank) or 0 for p in ("data", "compute", "comm"))
+            parts = sum(
+                value(f"fleetscope_training_{p}_seconds_total", rank) or 0
+                for p in ("data", "compute", "comm")
+            )
             assert step_total is not None and 0 < parts <= step_total
             loss = value("fleetscope_training_loss", rank)
             assert loss is not None and math.isfinite(loss) and loss >= 0
-            info = daemon.value("fleetscope_training_rank_info", training_job="gloo-ddp", rank=str(rank),
-                                world_size="2")
+            info = daemon.value(
+                "fleetscope_training_rank_info", training_job="gloo-ddp", rank=str(rank), world_size="2"
+            )
             assert info == 1
-        # Rank 1 computes 20 ms longer per step; synchronous training turns that into rank 0's collective wait.
+        # Rank 1 computes 20 ms longer per step; synchronous training turns that into
+        # rank 0's collective wait.
         compute = [value("fleetscope_training_compute_seconds_median", r) for r in (0, 1)]
         comm = [value("fleetscope_training_comm_seconds_median", r) for r in (0, 1)]
         assert compute[1] > compute[0] + 0.01  # type: ignore[operator]

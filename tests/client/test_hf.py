@@ -12,6 +12,7 @@ pytest.importorskip("accelerate")
 
 from fleetscope.client import StepTracker  # noqa: E402
 from fleetscope.client.hf import FleetscopeCallback  # noqa: E402
+
 from tests.push.live import running_daemon  # noqa: E402
 
 
@@ -41,17 +42,27 @@ class Points(torch.utils.data.Dataset):
 def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
     with running_daemon() as daemon:
         args = transformers.TrainingArguments(
-            output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+            output_dir=str(tmp_path),
+            max_steps=6,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            disable_tqdm=True,
         )
         callback = FleetscopeCallback(tracker=None, job="hf-test", url=daemon.url, environ={})
-        trainer = transformers.Trainer(model=TinyRegression(), args=args, train_dataset=Points(64),
-                                       callbacks=[callback])
+        trainer = transformers.Trainer(
+            model=TinyRegression(), args=args, train_dataset=Points(64), callbacks=[callback]
+        )
         trainer.train()
         assert isinstance(callback.tracker, StepTracker)
         (view,) = daemon.collector.store.view().ranks
     assert (view.job, view.rank) == ("hf-test", 0)
     assert view.steps == 6 and view.last_step == 6  # optimizer steps, not micro-batches
     assert view.samples == 6 * 4 * 2
-    assert view.seconds["step"] > 0 and "data" in view.seconds and view.seconds["data"] <= view.seconds["step"]
+    assert (
+        view.seconds["step"] > 0 and "data" in view.seconds and view.seconds["data"] <= view.seconds["step"]
+    )
     assert view.loss is not None and view.loss >= 0

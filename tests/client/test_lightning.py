@@ -13,6 +13,7 @@ except ImportError:
     pl = pytest.importorskip("pytorch_lightning")
 
 from fleetscope.client.lightning import FleetscopeCallback  # noqa: E402
+
 from tests.push.live import running_daemon  # noqa: E402
 
 
@@ -35,9 +36,16 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
     with running_daemon() as daemon:
         callback = FleetscopeCallback(job="pl-test", url=daemon.url, environ={})
         trainer = pl.Trainer(
-            max_steps=5, accumulate_grad_batches=2, accelerator="cpu", devices=1, logger=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            default_root_dir=str(tmp_path), callbacks=[callback],
+            max_steps=5,
+            accumulate_grad_batches=2,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[callback],
         )
         trainer.fit(TinyModule(), loader)
         (view,) = daemon.collector.store.view().ranks

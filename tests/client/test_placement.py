@@ -16,8 +16,16 @@ def test_slurm_environment() -> None:
 
 
 def test_torchrun_inside_slurm_takes_torchrun_ranks_and_slurm_job() -> None:
-    env = {"SLURM_JOB_ID": "9001", "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2",
-           "RANK": "12", "LOCAL_RANK": "4", "WORLD_SIZE": "16", "TORCHELASTIC_RUN_ID": "none"}
+    env = {
+        "SLURM_JOB_ID": "9001",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "2",
+        "RANK": "12",
+        "LOCAL_RANK": "4",
+        "WORLD_SIZE": "16",
+        "TORCHELASTIC_RUN_ID": "none",
+    }
     placement = detect(environ=env)
     assert (placement.job, placement.rank, placement.local_rank, placement.world_size) == ("9001", 12, 4, 16)
 

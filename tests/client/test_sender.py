@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 
 from fleetscope.client.sender import RecordBuffer, Sender
+
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 
@@ -50,7 +51,9 @@ def test_settled_batches_are_counted_as_sent_or_rejected() -> None:
 
 def test_sender_retries_until_the_daemon_comes_up() -> None:
     port = free_port()
-    sender = Sender(f"http://127.0.0.1:{port}", batch_size=10, flush_interval=0.05, timeout=1.0, max_backoff=0.2)
+    sender = Sender(
+        f"http://127.0.0.1:{port}", batch_size=10, flush_interval=0.05, timeout=1.0, max_backoff=0.2
+    )
     for step in range(25):
         sender.put({"job": "late", "rank": 0, "step": step, "step_seconds": 0.5})
     assert wait_for(lambda: sender.stats().failures >= 1)

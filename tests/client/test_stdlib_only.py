@@ -6,8 +6,18 @@ import subprocess
 import sys
 import textwrap
 
-BLOCKED = ("fastapi", "pydantic", "pydantic_core", "prometheus_client", "starlette", "uvicorn", "yaml", "requests",
-           "torch", "httpx")
+BLOCKED = (
+    "fastapi",
+    "pydantic",
+    "pydantic_core",
+    "prometheus_client",
+    "starlette",
+    "uvicorn",
+    "yaml",
+    "requests",
+    "torch",
+    "httpx",
+)
 
 SCRIPT = textwrap.dedent(
     """
@@ -22,7 +32,9 @@ SCRIPT = textwrap.dedent(
 
     sys.meta_path.insert(0, Block())
     from fleetscope.client import StepTracker
-    tracker = StepTracker(job="t", rank=0, url="http://127.0.0.1:9", environ={}, cuda_events=True, timeout=0.2)
+    tracker = StepTracker(
+        job="t", rank=0, url="http://127.0.0.1:9", environ={}, cuda_events=True, timeout=0.2
+    )
     with tracker.step():
         with tracker.phase("compute"):
             pass
@@ -37,8 +49,9 @@ SCRIPT = textwrap.dedent(
 
 
 def test_client_imports_and_runs_with_daemon_dependencies_blocked() -> None:
-    result = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(BLOCKED)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(BLOCKED)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -46,5 +59,7 @@ def test_client_imports_and_runs_with_daemon_dependencies_blocked() -> None:
 def test_blocking_works() -> None:
     """The harness itself: importing a blocked module must fail, or the test above proves nothing."""
     probe = SCRIPT.split("from fleetscope.client")[0] + "import pydantic\n"
-    result = subprocess.run([sys.executable, "-c", probe, "pydantic"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "pydantic"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0 and "blocked" in result.stderr

@@ -3,9 +3,9 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from fleetscope.client import StepTracker
 from fleetscope.push.store import RankView
+
 from tests.push.live import LiveDaemon, running_daemon
 
 
@@ -80,8 +80,16 @@ def test_failed_step_is_not_reported_and_its_exception_propagates() -> None:
 def test_report_with_own_timings() -> None:
     with running_daemon() as daemon:
         with StepTracker(job="manual", rank=1, url=daemon.url, environ={}) as tracker:
-            tracker.report(1.0, step=7, data_seconds=0.1, compute_seconds=0.7, comm_seconds=0.2, tokens=FakeScalar(64),
-                           loss=2.0, timestamp=1_700_000_000.0)
+            tracker.report(
+                1.0,
+                step=7,
+                data_seconds=0.1,
+                compute_seconds=0.7,
+                comm_seconds=0.2,
+                tokens=FakeScalar(64),
+                loss=2.0,
+                timestamp=1_700_000_000.0,
+            )
         view = rank_view(daemon, "manual", 1)
     assert view.seconds == {"step": 1.0, "data": 0.1, "compute": 0.7, "comm": 0.2}
     assert (view.tokens, view.loss, view.last_step_timestamp) == (64, 2.0, 1_700_000_000.0)
@@ -99,8 +107,14 @@ def test_report_never_raises_on_garbage() -> None:
 
 def test_environment_fills_in_job_rank_and_url() -> None:
     with running_daemon() as daemon:
-        env = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "6", "SLURM_LOCALID": "2", "SLURM_NTASKS": "8",
-               "FLEETSCOPE_PUSH_URL": daemon.url, "CUDA_VISIBLE_DEVICES": "2"}
+        env = {
+            "SLURM_JOB_ID": "4242",
+            "SLURM_PROCID": "6",
+            "SLURM_LOCALID": "2",
+            "SLURM_NTASKS": "8",
+            "FLEETSCOPE_PUSH_URL": daemon.url,
+            "CUDA_VISIBLE_DEVICES": "2",
+        }
         tracker = StepTracker(environ=env)
         tracker.report(0.5)
         tracker.close()

@@ -2,15 +2,14 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
-
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.push.gateway import parse_exposition
 from fleetscope.push.models import StepRecord
 from fleetscope.spec import MetricSpec
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 
 class Clock:
@@ -23,12 +22,18 @@ class Clock:
 
 def samples(collector: StepsCollector) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return {
-        (s.name, frozenset(s.labels.items())): s.value for family in collector.collect() for s in family.samples
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in collector.collect()
+        for s in family.samples
     }
 
 
-def labels(job: str = "j", rank: str = "0", local_rank: str = "", pp_stage: str = "") -> frozenset[tuple[str, str]]:
-    return frozenset({"training_job": job, "rank": rank, "local_rank": local_rank, "pp_stage": pp_stage}.items())
+def labels(
+    job: str = "j", rank: str = "0", local_rank: str = "", pp_stage: str = ""
+) -> frozenset[tuple[str, str]]:
+    return frozenset(
+        {"training_job": job, "rank": rank, "local_rank": local_rank, "pp_stage": pp_stage}.items()
+    )
 
 
 def make(**flags: object) -> tuple[StepsCollector, Clock]:
@@ -38,12 +43,29 @@ def make(**flags: object) -> tuple[StepsCollector, Clock]:
 
 def test_rank_series_names_labels_and_values() -> None:
     collector, clock = make()
-    collector.store.ingest([
-        StepRecord(job="j", rank=0, step=s, step_seconds=2.0, data_seconds=0.5, compute_seconds=1.0,
-                   comm_seconds=0.5, tokens=1000, samples=8, loss=1.5, local_rank=0, pp_stage=1, dp_rank=0,
-                   world_size=16, gpu=3, timestamp=clock.now - 1)
-        for s in range(1, 4)
-    ])
+    collector.store.ingest(
+        [
+            StepRecord(
+                job="j",
+                rank=0,
+                step=s,
+                step_seconds=2.0,
+                data_seconds=0.5,
+                compute_seconds=1.0,
+                comm_seconds=0.5,
+                tokens=1000,
+                samples=8,
+                loss=1.5,
+                local_rank=0,
+                pp_stage=1,
+                dp_rank=0,
+                world_size=16,
+                gpu=3,
+                timestamp=clock.now - 1,
+            )
+            for s in range(1, 4)
+        ]
+    )
     got = samples(collector)
     lab = labels(local_rank="0", pp_stage="1")
     assert got[("fleetscope_training_steps_total", lab)] == 3
@@ -67,29 +89,61 @@ def test_missing_fields_are_absent_not_zero() -> None:
     collector.store.ingest([StepRecord(job="j", rank=0, step=1, step_seconds=1.0)])
     names = {name for name, lab in samples(collector) if lab == labels()}
     assert "fleetscope_training_steps_total" in names
-    for absent in ("data_seconds_total", "compute_seconds_total", "comm_seconds_total", "tokens_total",
-                   "samples_total", "loss", "data_seconds_median"):
+    for absent in (
+        "data_seconds_total",
+        "compute_seconds_total",
+        "comm_seconds_total",
+        "tokens_total",
+        "samples_total",
+        "loss",
+        "data_seconds_median",
+    ):
         assert f"fleetscope_training_{absent}" not in names
 
 
 def test_names_are_the_contract_and_in_the_tables() -> None:
     declared = {spec.name for table in StepsCollector.tables for spec in table}
     contract = {
-        "fleetscope_training_steps_total", "fleetscope_training_step_seconds_total",
-        "fleetscope_training_data_seconds_total", "fleetscope_training_compute_seconds_total",
-        "fleetscope_training_comm_seconds_total", "fleetscope_training_tokens_total",
-        "fleetscope_training_samples_total", "fleetscope_training_last_step",
-        "fleetscope_training_last_step_timestamp_seconds", "fleetscope_training_last_push_timestamp_seconds",
-        "fleetscope_training_loss", "fleetscope_training_step_seconds_median",
-        "fleetscope_training_data_seconds_median", "fleetscope_training_compute_seconds_median",
-        "fleetscope_training_comm_seconds_median", "fleetscope_training_rank_info", "fleetscope_push_records_total",
-        "fleetscope_push_rejected_total", "fleetscope_push_jobs", "fleetscope_push_ranks",
+        "fleetscope_training_steps_total",
+        "fleetscope_training_step_seconds_total",
+        "fleetscope_training_data_seconds_total",
+        "fleetscope_training_compute_seconds_total",
+        "fleetscope_training_comm_seconds_total",
+        "fleetscope_training_tokens_total",
+        "fleetscope_training_samples_total",
+        "fleetscope_training_last_step",
+        "fleetscope_training_last_step_timestamp_seconds",
+        "fleetscope_training_last_push_timestamp_seconds",
+        "fleetscope_training_loss",
+        "fleetscope_training_step_seconds_median",
+        "fleetscope_training_data_seconds_median",
+        "fleetscope_training_compute_seconds_median",
+        "fleetscope_training_comm_seconds_median",
+        "fleetscope_training_rank_info",
+        "fleetscope_push_records_total",
+        "fleetscope_push_rejected_total",
+        "fleetscope_push_jobs",
+        "fleetscope_push_ranks",
         "fleetscope_push_expired_total",
     }
     assert contract <= declared
     collector, _ = make()
-    collector.store.ingest([StepRecord(job="j", rank=0, step=1, step_seconds=1.0, data_seconds=0.1,
-                                       compute_seconds=0.1, comm_seconds=0.1, tokens=1, samples=1, loss=0.1)])
+    collector.store.ingest(
+        [
+            StepRecord(
+                job="j",
+                rank=0,
+                step=1,
+                step_seconds=1.0,
+                data_seconds=0.1,
+                compute_seconds=0.1,
+                comm_seconds=0.1,
+                tokens=1,
+                samples=1,
+                loss=0.1,
+            )
+        ]
+    )
     suffix = {"counter": "_total", "info": "_info", "gauge": ""}
     exported = {family.name + suffix[family.type] for family in collector.collect()}
     assert exported <= declared
@@ -115,19 +169,23 @@ def test_pushed_groups_are_exposed_with_training_job_label() -> None:
     collector.groups.push(key, parse_exposition('# TYPE acc gauge\nacc{split="val"} 0.9\n', key), True)
     got = samples(collector)
     assert got[("acc", frozenset({("training_job", "nightly"), ("rank", "2"), ("split", "val")}))] == 0.9
-    stamp = ("fleetscope_push_group_last_push_timestamp_seconds",
-             frozenset({("training_job", "nightly"), ("rank", "2")}))
+    stamp = (
+        "fleetscope_push_group_last_push_timestamp_seconds",
+        frozenset({("training_job", "nightly"), ("rank", "2")}),
+    )
     assert got[stamp] == clock.now
     assert got[("fleetscope_push_groups", frozenset())] == 1
 
 
 def test_exposition_is_valid_in_both_formats() -> None:
     collector, _ = make()
-    collector.store.ingest([StepRecord(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5)
-                            for r in range(3)])
+    collector.store.ingest(
+        [StepRecord(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5) for r in range(3)]
+    )
     key = (("job", "g"),)
-    collector.groups.push(key, parse_exposition("# TYPE c_total counter\nc_total 4\nh_bucket{le=\"+Inf\"} 1\n", key),
-                          True)
+    collector.groups.push(
+        key, parse_exposition('# TYPE c_total counter\nc_total 4\nh_bucket{le="+Inf"} 1\n', key), True
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)  # type: ignore[arg-type]
     text = generate_latest(registry).decode()

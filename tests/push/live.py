@@ -10,11 +10,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass
@@ -41,7 +40,9 @@ class LiveDaemon:
 
 @contextmanager
 def running_daemon(
-    flags: dict[str, Any] | None = None, clock: Callable[[], float] = time.time, port: int = 0,
+    flags: dict[str, Any] | None = None,
+    clock: Callable[[], float] = time.time,
+    port: int = 0,
 ) -> Iterator[LiveDaemon]:
     import uvicorn
 

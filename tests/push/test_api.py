@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-import pytest
 from fastapi.testclient import TestClient
-
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
@@ -94,7 +92,7 @@ def test_job_end_removes_its_series_at_once() -> None:
     client.post("/api/v1/steps", json=[record(rank=0), record(rank=1), record(job="k")])
     assert client.delete("/api/v1/jobs/j").json() == {"job": "j", "ranks_removed": 2}
     assert [r.job for r in collector.store.view().ranks] == ["k"]
-    assert "training_job=\"j\"" not in client.get("/metrics").text
+    assert 'training_job="j"' not in client.get("/metrics").text
 
 
 def test_pushgateway_routes_status_codes() -> None:
@@ -103,8 +101,16 @@ def test_pushgateway_routes_status_codes() -> None:
     assert client.post("/metrics/job/train/rank/0", content="n 2\n").status_code == 200
     assert client.put("/metrics/job/train/rank", content="m 1\n").status_code == 400
     assert client.put("/metrics/job/train", content="m 1 123\n").status_code == 400
-    assert client.put("/metrics/job/train", content=b"\x00", headers={
-        "content-type": "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily"}).status_code == 415
+    assert (
+        client.put(
+            "/metrics/job/train",
+            content=b"\x00",
+            headers={
+                "content-type": "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily"
+            },
+        ).status_code
+        == 415
+    )
     groups, _ = collector.groups.view()
     assert [sorted(f.name for f in g.families) for g in groups] == [["m", "n"]]
     assert client.delete("/metrics/job/train/rank/0").status_code == 202

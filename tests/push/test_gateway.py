@@ -3,10 +3,13 @@ from __future__ import annotations
 import base64
 
 import pytest
-
 from fleetscope.config import PushConfig
 from fleetscope.push.gateway import (
-    GroupError, GroupLimitExceeded, GroupStore, parse_exposition, parse_group_path,
+    GroupError,
+    GroupLimitExceeded,
+    GroupStore,
+    parse_exposition,
+    parse_group_path,
 )
 
 KEY = (("job", "train"), ("rank", "0"))
@@ -29,7 +32,9 @@ class FakeClock:
 def test_group_path_with_labels_and_base64() -> None:
     encoded = base64.urlsafe_b64encode(b"a/b").decode()
     assert parse_group_path(f"job/train/path@base64/{encoded}") == (("job", "train"), ("path", "a/b"))
-    assert parse_group_path("job@base64/" + base64.urlsafe_b64encode(b"x/y").decode().rstrip("=")) == (("job", "x/y"),)
+    assert parse_group_path("job@base64/" + base64.urlsafe_b64encode(b"x/y").decode().rstrip("=")) == (
+        ("job", "x/y"),
+    )
 
 
 @pytest.mark.parametrize("path", ["job", "rank/0", "job//x/1", "job/a/9bad/1", "job/a/x/1/x/2", "job/a/odd"])
@@ -44,12 +49,15 @@ def test_grouping_labels_override_body_labels() -> None:
     assert dict(sample.labels) == {"job": "train", "rank": "0", "other": "x"}
 
 
-@pytest.mark.parametrize("body,message", [
-    ("m 1 1700000000000\n", "timestamp"),
-    ("fleetscope_training_loss 1\n", "namespace"),
-    ("m{a=\"1\"} 1\nm{a=\"1\"} 2\n", "twice"),
-    ("this is not { a metric\n", "text format"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("m 1 1700000000000\n", "timestamp"),
+        ("fleetscope_training_loss 1\n", "namespace"),
+        ('m{a="1"} 1\nm{a="1"} 2\n', "twice"),
+        ("this is not { a metric\n", "text format"),
+    ],
+)
 def test_bodies_the_pushgateway_would_refuse(body: str, message: str) -> None:
     with pytest.raises(GroupError, match=message):
         parse_exposition(body, KEY)

@@ -13,11 +13,18 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, delete_from_gateway, push_to_gateway, pushadd_to_gateway
-
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    delete_from_gateway,
+    push_to_gateway,
+    pushadd_to_gateway,
+)
+
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 
@@ -34,8 +41,17 @@ def _push_all(url: str, pusher: int, errors: list[str]) -> None:
     try:
         for start in range(0, RECORDS_PER_PUSHER, batch_size):
             batch = [
-                {"job": "concurrent", "rank": i % RANKS, "step": i, "step_seconds": 0.5, "data_seconds": 0.25,
-                 "compute_seconds": 0.125, "comm_seconds": 0.0625, "tokens": 3, "samples": 1}
+                {
+                    "job": "concurrent",
+                    "rank": i % RANKS,
+                    "step": i,
+                    "step_seconds": 0.5,
+                    "data_seconds": 0.25,
+                    "compute_seconds": 0.125,
+                    "comm_seconds": 0.0625,
+                    "tokens": 3,
+                    "samples": 1,
+                }
                 for i in range(start, start + batch_size)
             ]
             body = json.dumps(batch)
@@ -69,8 +85,12 @@ def test_concurrent_pushers_lose_and_double_count_nothing() -> None:
     per_rank = total // RANKS
 
     def value(name: str, rank: int) -> float:
-        return samples[(name, (("local_rank", ""), ("pp_stage", ""), ("rank", str(rank)),
-                               ("training_job", "concurrent")))]
+        return samples[
+            (
+                name,
+                (("local_rank", ""), ("pp_stage", ""), ("rank", str(rank)), ("training_job", "concurrent")),
+            )
+        ]
 
     for rank in range(RANKS):
         assert value("fleetscope_training_steps_total", rank) == per_rank
@@ -90,8 +110,10 @@ def test_declared_oversized_body_is_refused_without_reading_it() -> None:
         parts = urlsplit(daemon.url)
         with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
             # Announce 100 MB and send nothing more: a server that tried to read the body would wait forever.
-            sock.sendall(b"POST /api/v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100000000\r\n\r\n[")
+            sock.sendall(
+                b"POST /api/v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000000\r\n\r\n["
+            )
             reply = sock.recv(4096).decode()
         assert reply.startswith("HTTP/1.1 413")
         assert daemon.value("fleetscope_push_rejected_total", reason="too_large") == 1
@@ -112,8 +134,9 @@ def test_push_to_gateway_then_group_expires() -> None:
 
         pushadd_registry = CollectorRegistry()
         Gauge("eval_score", "Score.", registry=pushadd_registry).set(9)
-        pushadd_to_gateway(gateway, job="nightly", registry=pushadd_registry,
-                           grouping_key={"rank": "1", "path": "a/b"})
+        pushadd_to_gateway(
+            gateway, job="nightly", registry=pushadd_registry, grouping_key={"rank": "1", "path": "a/b"}
+        )
         assert daemon.value("batch_loss", **labels) == 0.75  # POST kept the other families
         assert daemon.value("eval_score", **labels) == 9
 
@@ -138,8 +161,14 @@ def test_push_to_gateway_with_bad_body_raises_for_the_pusher() -> None:
 
 def test_separate_push_address_keeps_pushes_off_the_metrics_port() -> None:
     web_port, push_port = free_port(), free_port()
-    config = load(flags={"web.listen-address": f"127.0.0.1:{web_port}",
-                         "push.listen-address": f"127.0.0.1:{push_port}", "log.level": "warning"}, environ={})
+    config = load(
+        flags={
+            "web.listen-address": f"127.0.0.1:{web_port}",
+            "push.listen-address": f"127.0.0.1:{push_port}",
+            "log.level": "warning",
+        },
+        environ={},
+    )
     daemon = build_daemon(config, collectors={"steps": StepsCollector(config)})
     assert daemon.push_app is not None
     thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
@@ -148,8 +177,12 @@ def test_separate_push_address_keeps_pushes_off_the_metrics_port() -> None:
         body = json.dumps({"job": "sep", "rank": 0, "step": 1, "step_seconds": 1.0}).encode()
 
         def post(port: int) -> int:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/steps", body,
-                                             {"Content-Type": "application/json"}, method="POST")
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/steps",
+                body,
+                {"Content-Type": "application/json"},
+                method="POST",
+            )
             try:
                 with urllib.request.urlopen(request, timeout=10) as response:
                     return response.status

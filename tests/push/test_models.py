@@ -4,7 +4,6 @@ import json
 import math
 
 import pytest
-
 from fleetscope.push.models import RecordError, parse_records, request_body_schema
 
 
@@ -35,10 +34,19 @@ def test_missing_required_field_is_named() -> None:
     assert [d["field"] for d in info.value.detail] == ["body.step_seconds"]
 
 
-@pytest.mark.parametrize("bad", [
-    {"step_seconds": -1.0}, {"data_seconds": -0.1}, {"job": ""}, {"job": "x" * 200}, {"world_size": 0},
-    {"tokens": -5}, {"step": -1}, {"comm_seconds": "Infinity"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step_seconds": -1.0},
+        {"data_seconds": -0.1},
+        {"job": ""},
+        {"job": "x" * 200},
+        {"world_size": 0},
+        {"tokens": -5},
+        {"step": -1},
+        {"comm_seconds": "Infinity"},
+    ],
+)
 def test_out_of_range_values_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(RecordError):
         parse_records(json.dumps(record(**bad)).encode())

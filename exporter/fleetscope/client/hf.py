@@ -33,8 +33,12 @@ class FleetscopeCallback(TrainerCallback):  # type: ignore[misc]
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.tracker is None:
-            options = {"rank": args.process_index, "local_rank": args.local_process_index,
-                       "world_size": args.world_size, **self._tracker_kwargs}
+            options = {
+                "rank": args.process_index,
+                "local_rank": args.local_process_index,
+                "world_size": args.world_size,
+                **self._tracker_kwargs,
+            }
             self.tracker = StepTracker(**options)
         self._last_end = None
 
@@ -51,12 +55,18 @@ class FleetscopeCallback(TrainerCallback):  # type: ignore[misc]
         tokens = seen - self._tokens_seen if seen > self._tokens_seen else None
         self._tokens_seen = max(seen, self._tokens_seen)
         self.tracker.report(
-            now - started, step=state.global_step, data_seconds=data, tokens=tokens,
-            samples=args.per_device_train_batch_size * args.gradient_accumulation_steps, loss=self._loss,
+            now - started,
+            step=state.global_step,
+            data_seconds=data,
+            tokens=tokens,
+            samples=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+            loss=self._loss,
         )
         self._last_end = now
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if logs and isinstance(logs.get("loss"), (int, float)):
             self._loss = float(logs["loss"])
 

@@ -36,7 +36,9 @@ def _batch_size(batch: Any) -> int | None:
 
 
 class FleetscopeCallback(Callback):  # type: ignore[misc]
-    def __init__(self, tracker: StepTracker | None = None, report_loss: bool = False, **tracker_kwargs: Any) -> None:
+    def __init__(
+        self, tracker: StepTracker | None = None, report_loss: bool = False, **tracker_kwargs: Any
+    ) -> None:
         self.tracker = tracker
         self.report_loss = report_loss
         self._tracker_kwargs = tracker_kwargs
@@ -51,8 +53,12 @@ class FleetscopeCallback(Callback):  # type: ignore[misc]
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.tracker is None:
-            options = {"rank": trainer.global_rank, "local_rank": trainer.local_rank,
-                       "world_size": trainer.world_size, **self._tracker_kwargs}
+            options = {
+                "rank": trainer.global_rank,
+                "local_rank": trainer.local_rank,
+                "world_size": trainer.world_size,
+                **self._tracker_kwargs,
+            }
             self.tracker = StepTracker(**options)
         self._reset()
         self._last_global_step = trainer.global_step
@@ -64,18 +70,27 @@ class FleetscopeCallback(Callback):  # type: ignore[misc]
         if self._step_started is None:
             self._step_started = self._last_end if self._last_end is not None else now
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         now = time.perf_counter()
         self._last_end = now
         size = _batch_size(batch)
         if size:
             self._samples += size
-        if trainer.global_step == self._last_global_step or self.tracker is None or self._step_started is None:
+        if (
+            trainer.global_step == self._last_global_step
+            or self.tracker is None
+            or self._step_started is None
+        ):
             return  # an accumulation micro-batch: the optimizer has not stepped yet
         self._last_global_step = trainer.global_step
         self.tracker.report(
-            now - self._step_started, step=trainer.global_step, data_seconds=self._data,
-            samples=self._samples or None, loss=self._loss(outputs),
+            now - self._step_started,
+            step=trainer.global_step,
+            data_seconds=self._data,
+            samples=self._samples or None,
+            loss=self._loss(outputs),
         )
         self._step_started = None
         self._data = 0.0

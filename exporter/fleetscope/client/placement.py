@@ -43,8 +43,12 @@ def detect(
     env = os.environ if environ is None else environ
     if job is None:
         run_id = env.get("TORCHELASTIC_RUN_ID", "")
-        job = (env.get("FLEETSCOPE_JOB") or env.get("SLURM_JOB_ID")
-               or (run_id if run_id and run_id != "none" else "") or "unknown")
+        job = (
+            env.get("FLEETSCOPE_JOB")
+            or env.get("SLURM_JOB_ID")
+            or (run_id if run_id and run_id != "none" else "")
+            or "unknown"
+        )
     if rank is None:
         rank = _int(env, "RANK", "SLURM_PROCID") or 0
     if local_rank is None:

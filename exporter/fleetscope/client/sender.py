@@ -95,8 +95,12 @@ class RecordBuffer:
     def stats(self, failures: int) -> SenderStats:
         with self._lock:
             return SenderStats(
-                enqueued=self.enqueued, sent=self.sent, dropped=self.dropped, rejected=self.rejected,
-                pending=len(self._items) + self.in_flight, failures=failures,
+                enqueued=self.enqueued,
+                sent=self.sent,
+                dropped=self.dropped,
+                rejected=self.rejected,
+                pending=len(self._items) + self.in_flight,
+                failures=failures,
             )
 
     def __len__(self) -> int:
@@ -221,7 +225,9 @@ class Sender:
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            logger.warning("fleetscope: cannot push to %s (%s); buffering and retrying", self.endpoint, message)
+            logger.warning(
+                "fleetscope: cannot push to %s (%s); buffering and retrying", self.endpoint, message
+            )
         else:
             logger.debug("fleetscope: push to %s failed: %s", self.endpoint, message)
 

@@ -80,8 +80,14 @@ class _Step:
 
     __slots__ = ("_tracker", "_started", "step", "tokens", "samples", "loss")
 
-    def __init__(self, tracker: StepTracker, step: int | None, tokens: int | None, samples: int | None,
-                 loss: float | None) -> None:
+    def __init__(
+        self,
+        tracker: StepTracker,
+        step: int | None,
+        tokens: int | None,
+        samples: int | None,
+        loss: float | None,
+    ) -> None:
         self._tracker = tracker
         self.step = step
         self.tokens = tokens
@@ -132,14 +138,23 @@ class StepTracker:
         self.rank = placement.rank
         # Fields every record of this process carries.
         self._fixed: dict[str, Any] = {"job": placement.job, "rank": placement.rank}
-        for key, value in (("local_rank", placement.local_rank), ("world_size", placement.world_size),
-                           ("pp_stage", pp_stage), ("dp_rank", dp_rank),
-                           ("gpu", gpu if gpu is not None else visible_gpu(env))):
+        for key, value in (
+            ("local_rank", placement.local_rank),
+            ("world_size", placement.world_size),
+            ("pp_stage", pp_stage),
+            ("dp_rank", dp_rank),
+            ("gpu", gpu if gpu is not None else visible_gpu(env)),
+        ):
             if value is not None:
                 self._fixed[key] = value
-        self.sender = Sender(push_url(url, env), token if token is not None else env.get("FLEETSCOPE_PUSH_TOKEN"),
-                             batch_size=batch_size, capacity=capacity, flush_interval=flush_interval,
-                             timeout=timeout)
+        self.sender = Sender(
+            push_url(url, env),
+            token if token is not None else env.get("FLEETSCOPE_PUSH_TOKEN"),
+            batch_size=batch_size,
+            capacity=capacity,
+            flush_interval=flush_interval,
+            timeout=timeout,
+        )
         self._next_step = 1
         self._current: dict[str, Any] | None = None
         self._carry: dict[str, Any] = {}
@@ -161,8 +176,14 @@ class StepTracker:
 
     # -- timing -------------------------------------------------------------------------------
 
-    def step(self, step: int | None = None, *, tokens: int | None = None, samples: int | None = None,
-             loss: float | None = None) -> _Step:
+    def step(
+        self,
+        step: int | None = None,
+        *,
+        tokens: int | None = None,
+        samples: int | None = None,
+        loss: float | None = None,
+    ) -> _Step:
         """Context manager timing one step (numbered 1, 2, ... unless ``step`` is given)."""
         return _Step(self, step, tokens, samples, loss)
 
@@ -230,9 +251,14 @@ class StepTracker:
             record["step"] = number
             record["step_seconds"] = step_seconds
             record["timestamp"] = timestamp if timestamp is not None else time.time()
-            for key, value in (("data_seconds", data_seconds), ("compute_seconds", compute_seconds),
-                               ("comm_seconds", comm_seconds), ("tokens", tokens), ("samples", samples),
-                               ("loss", loss)):
+            for key, value in (
+                ("data_seconds", data_seconds),
+                ("compute_seconds", compute_seconds),
+                ("comm_seconds", comm_seconds),
+                ("tokens", tokens),
+                ("samples", samples),
+                ("loss", loss),
+            ):
                 if value is not None:
                     record[key] = _plain(value)
             self.sender.put(record)

@@ -36,9 +36,15 @@ def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
     builder.add(STEPS_TABLE["timestamp"], labels, rank.last_step_timestamp)
     builder.add(STEPS_TABLE["last_push"], labels, rank.last_push_timestamp)
     builder.add(STEPS_TABLE["loss"], labels, rank.loss)
-    builder.add_info(STEPS_TABLE["rank_info"], labels, {
-        "dp_rank": _label(rank.dp_rank), "world_size": _label(rank.world_size), "gpu": rank.gpu or "",
-    })
+    builder.add_info(
+        STEPS_TABLE["rank_info"],
+        labels,
+        {
+            "dp_rank": _label(rank.dp_rank),
+            "world_size": _label(rank.world_size),
+            "gpu": rank.gpu or "",
+        },
+    )
 
 
 def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_expired: int) -> None:

@@ -21,7 +21,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from fleetscope.config import PushConfig
-from fleetscope.push.gateway import GroupError, GroupLimitExceeded, GroupStore, parse_exposition, parse_group_path
+from fleetscope.push.gateway import (
+    GroupError,
+    GroupLimitExceeded,
+    GroupStore,
+    parse_exposition,
+    parse_group_path,
+)
 from fleetscope.push.models import JobEndResult, PushResult, RecordError, parse_records, request_body_schema
 from fleetscope.push.store import LimitExceeded, StepStore
 
@@ -41,14 +47,19 @@ class PushRefused(Exception):
 
 
 def _error(status: int, detail: Any, description: str) -> dict[int | str, dict[str, Any]]:
-    return {status: {"description": description, "content": {"application/json": {"example": {"detail": detail}}}}}
+    return {
+        status: {"description": description, "content": {"application/json": {"example": {"detail": detail}}}}
+    }
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_error(401, "missing or wrong bearer token", "Push token required (push.token)."),
     **_error(413, "body exceeds 1048576 bytes (push.max-body-bytes)", "Body too large."),
-    **_error(429, "push would track 17 jobs; this node allows 16 (push.max-jobs)",
-             "Limit on jobs, ranks or groups reached; nothing from this push was stored."),
+    **_error(
+        429,
+        "push would track 17 jobs; this node allows 16 (push.max-jobs)",
+        "Limit on jobs, ranks or groups reached; nothing from this push was stored.",
+    ),
 }
 
 
@@ -61,7 +72,11 @@ async def read_bounded(request: Request, limit: int) -> bytes:
         except ValueError:
             raise PushRefused(400, "invalid", "Content-Length is not a number") from None
         if declared_bytes > limit:
-            raise PushRefused(413, "too_large", f"body of {declared_bytes} bytes exceeds {limit} bytes (push.max-body-bytes)")
+            raise PushRefused(
+                413,
+                "too_large",
+                f"body of {declared_bytes} bytes exceeds {limit} bytes (push.max-body-bytes)",
+            )
     chunks: list[bytes] = []
     received = 0
     async for chunk in request.stream():
@@ -84,9 +99,15 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
             return
         header = request.headers.get("authorization", "")
         scheme, _, supplied = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), config.token.encode()):
-            raise PushRefused(401, "unauthorized", "missing or wrong bearer token",
-                              headers={"WWW-Authenticate": 'Bearer realm="fleetscope push"'})
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            supplied.strip().encode(), config.token.encode()
+        ):
+            raise PushRefused(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                headers={"WWW-Authenticate": 'Bearer realm="fleetscope push"'},
+            )
 
     def refused(exc: PushRefused) -> JSONResponse:
         store.rejected.inc(exc.reason)
@@ -99,12 +120,16 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
         response_model=PushResult,
         summary="Push one training step record or a batch of them.",
         description=(
-            "Body: one record (object) or a batch (array). A batch is all-or-nothing: if any record is invalid "
+            "Body: one record (object) or a batch (array). A batch is all-or-nothing: if any record is "
+            "invalid "
             "(422, naming the field) or the batch would exceed the node's limits on jobs or ranks (429), "
             "nothing from it is stored."
         ),
         openapi_extra=request_body_schema(),
-        responses={**ERROR_RESPONSES, 422: {"description": "A record is invalid; `detail` names each bad field."}},
+        responses={
+            **ERROR_RESPONSES,
+            422: {"description": "A record is invalid; `detail` names each bad field."},
+        },
     )
     async def push_steps(request: Request) -> Any:
         try:
@@ -165,21 +190,34 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
             return refused(exc)
         return Response(status_code=200)
 
-    group_doc = "Pushgateway-compatible group `/metrics/job/<job>{/<label>/<value>}` (text exposition format)."
+    group_doc = (
+        "Pushgateway-compatible group `/metrics/job/<job>{/<label>/<value>}` (text exposition format)."
+    )
 
-    @router.put("/metrics/{grouping:path}", summary="Replace a Pushgateway-style group.", description=group_doc,
-                responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}})
+    @router.put(
+        "/metrics/{grouping:path}",
+        summary="Replace a Pushgateway-style group.",
+        description=group_doc,
+        responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}},
+    )
     async def put_group(grouping: str, request: Request) -> Response:
         return await push_group(request, grouping, replace_all=True)
 
-    @router.post("/metrics/{grouping:path}", summary="Replace the pushed families within a group.",
-                 description=group_doc,
-                 responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}})
+    @router.post(
+        "/metrics/{grouping:path}",
+        summary="Replace the pushed families within a group.",
+        description=group_doc,
+        responses={**ERROR_RESPONSES, 400: {"description": "Invalid grouping key or body."}},
+    )
     async def post_group(grouping: str, request: Request) -> Response:
         return await push_group(request, grouping, replace_all=False)
 
-    @router.delete("/metrics/{grouping:path}", summary="Delete a Pushgateway-style group.", status_code=202,
-                   responses={401: ERROR_RESPONSES[401], 400: {"description": "Invalid grouping key."}})
+    @router.delete(
+        "/metrics/{grouping:path}",
+        summary="Delete a Pushgateway-style group.",
+        status_code=202,
+        responses={401: ERROR_RESPONSES[401], 400: {"description": "Invalid grouping key."}},
+    )
     def delete_group(grouping: str, request: Request) -> Response:
         try:
             require_token(request)
@@ -193,4 +231,3 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
         return Response(status_code=202)
 
     return router
-

@@ -129,7 +129,8 @@ def parse_exposition(text: str, key: GroupKey) -> tuple[PushedFamily, ...]:
             samples.append(PushedSample(sample.name, label_items, float(sample.value)))
         kind = family.type
         if kind == "counter" and any(s.name == family.name for s in samples):
-            kind = "unknown"  # a text-0.0.4 counter without _total cannot be re-exposed as an OpenMetrics counter
+            # A text-0.0.4 counter without _total cannot be re-exposed as an OpenMetrics counter.
+            kind = "unknown"
         families[family.name] = PushedFamily(family.name, kind, family.documentation, tuple(samples))
     return tuple(families.values())
 
@@ -152,7 +153,9 @@ class GroupStore:
             current = self._groups.get(key)
             if current is None and len(self._groups) >= self._config.max_groups:
                 raise GroupLimitExceeded(
-                    f"this node already holds {len(self._groups)} groups (push.max-groups={self._config.max_groups})")
+                    f"this node already holds {len(self._groups)} groups "
+                    f"(push.max-groups={self._config.max_groups})"
+                )
             # Consistency with other groups: one name, one type (the Pushgateway answers 400 too).
             for family in families:
                 for other_key, group in self._groups.items():
@@ -162,7 +165,8 @@ class GroupStore:
                         if other.name == family.name and other.type != family.type:
                             raise GroupError(
                                 f"metric {family.name!r} pushed as {family.type} but group "
-                                f"{dict(other_key)} has it as {other.type}")
+                                f"{dict(other_key)} has it as {other.type}"
+                            )
             if replace_all or current is None:
                 merged = families
             else:
@@ -186,4 +190,3 @@ class GroupStore:
         with self._lock:
             self._sweep_locked(self._clock())
             return tuple(self._groups.values()), self.expired
-

@@ -9,7 +9,7 @@ listing both branches of a union.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -31,21 +31,26 @@ class StepRecord(BaseModel):
     rank: Annotated[int, Field(ge=0, lt=MAX_RANK, description="Global rank of the pushing process.")]
     step: Annotated[int, Field(ge=0, description="Step number (optimizer updates so far).")]
     step_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False, description="Wall time of the step.")]
-    data_seconds: Optional[Seconds] = Field(None, description="Time spent waiting for input data.")
-    compute_seconds: Optional[Seconds] = Field(
-        None, description="The rank's own work (forward, backward, optimizer), excluding collective waits.")
-    comm_seconds: Optional[Seconds] = Field(None, description="Exposed wait in collective communication.")
-    tokens: Optional[Count] = Field(None, description="Tokens processed by this rank in the step.")
-    samples: Optional[Count] = Field(None, description="Samples processed by this rank in the step.")
-    loss: Optional[float] = Field(None, description="Loss of the step (NaN and infinities allowed: they are news).")
-    local_rank: Optional[Annotated[int, Field(ge=0, lt=MAX_RANK)]] = None
-    world_size: Optional[Annotated[int, Field(ge=1, le=MAX_RANK)]] = None
-    pp_stage: Optional[Annotated[int, Field(ge=0, lt=MAX_RANK)]] = None
-    dp_rank: Optional[Annotated[int, Field(ge=0, lt=MAX_RANK)]] = None
-    gpu: Optional[Union[Annotated[int, Field(ge=0)], Annotated[str, Field(max_length=MAX_ID_LENGTH)]]] = Field(
-        None, description="GPU index or UUID the rank runs on.")
-    timestamp: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
-        None, description="Unix time the step completed (default: when the daemon received it).")
+    data_seconds: Seconds | None = Field(None, description="Time spent waiting for input data.")
+    compute_seconds: Seconds | None = Field(
+        None, description="The rank's own work (forward, backward, optimizer), excluding collective waits."
+    )
+    comm_seconds: Seconds | None = Field(None, description="Exposed wait in collective communication.")
+    tokens: Count | None = Field(None, description="Tokens processed by this rank in the step.")
+    samples: Count | None = Field(None, description="Samples processed by this rank in the step.")
+    loss: float | None = Field(
+        None, description="Loss of the step (NaN and infinities allowed: they are news)."
+    )
+    local_rank: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
+    world_size: Annotated[int, Field(ge=1, le=MAX_RANK)] | None = None
+    pp_stage: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
+    dp_rank: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
+    gpu: Annotated[int, Field(ge=0)] | Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = Field(
+        None, description="GPU index or UUID the rank runs on."
+    )
+    timestamp: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="Unix time the step completed (default: when the daemon received it)."
+    )
 
 
 class PushResult(BaseModel):

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from fleetscope.config import PushConfig
 from fleetscope.push.models import StepRecord
@@ -170,11 +170,13 @@ class StepStore:
                 if len(self._jobs) + len(new_jobs) > self._config.max_jobs:
                     raise LimitExceeded(
                         f"push would track {len(self._jobs) + len(new_jobs)} jobs; this node allows "
-                        f"{self._config.max_jobs} (push.max-jobs)")
+                        f"{self._config.max_jobs} (push.max-jobs)"
+                    )
                 if len(self._ranks) + len(new_keys) > self._config.max_ranks:
                     raise LimitExceeded(
                         f"push would track {len(self._ranks) + len(new_keys)} ranks; this node allows "
-                        f"{self._config.max_ranks} (push.max-ranks)")
+                        f"{self._config.max_ranks} (push.max-ranks)"
+                    )
             for key, delta in deltas.items():
                 state = self._ranks.get(key)
                 if state is None:
@@ -247,18 +249,25 @@ class StepStore:
             # A few hundred medians of <= median_window values: well under a millisecond.
             ranks = tuple(
                 RankView(
-                    job=s.job, rank=s.rank, local_rank=s.local_rank, pp_stage=s.pp_stage, dp_rank=s.dp_rank,
-                    world_size=s.world_size, gpu=s.gpu, steps=s.steps, seconds=dict(s.seconds),
+                    job=s.job,
+                    rank=s.rank,
+                    local_rank=s.local_rank,
+                    pp_stage=s.pp_stage,
+                    dp_rank=s.dp_rank,
+                    world_size=s.world_size,
+                    gpu=s.gpu,
+                    steps=s.steps,
+                    seconds=dict(s.seconds),
                     medians={name: statistics.median(values) for name, values in s.recent.items() if values},
-                    tokens=s.tokens, samples=s.samples, last_step=s.last_step,
-                    last_step_timestamp=s.last_step_timestamp, last_push_timestamp=s.last_push, loss=s.loss,
+                    tokens=s.tokens,
+                    samples=s.samples,
+                    last_step=s.last_step,
+                    last_step_timestamp=s.last_step_timestamp,
+                    last_push_timestamp=s.last_push,
+                    loss=s.loss,
                 )
                 for s in self._ranks.values()
             )
             jobs = len(self._jobs)
             records_total = self._records_total
         return StoreView(ranks, jobs, records_total, self.rejected.snapshot(), self.expired.snapshot())
-
-    def keys(self) -> Iterable[tuple[str, int]]:
-        with self._lock:
-            return list(self._ranks)
