@@ -107,6 +107,7 @@ def test_ports_are_bound_to_loopback(compose: dict[str, Any]) -> None:
 def test_prometheus_reaches_the_simulated_nodes(compose: dict[str, Any]) -> None:
     """The compose scrape targets are exactly where `fleetscope simulate` puts its nodes."""
     from fleetscope.sim.cluster import make_cluster
+    from fleetscope.sim.faults import load_schedule
     from fleetscope.sim.prom import prometheus_config
 
     services = compose["services"]
@@ -115,7 +116,12 @@ def test_prometheus_reaches_the_simulated_nodes(compose: dict[str, Any]) -> None
     command = services["simulator"]["command"]
     args = build_parser().parse_args(command)
     assert args.command == "simulate"
-    spec = make_cluster(nodes=args.nodes, jobs=args.jobs, base_port=args.base_port, profiles=args.profiles.split(","))
+    # The fault schedule must name nodes, GPUs, devices and ranks that exist (make_cluster checks).
+    faults_path = next(source for source, target in bind_mounts(services["simulator"]) if target == args.faults)
+    faults = load_schedule(str(faults_path))
+    assert faults
+    spec = make_cluster(nodes=args.nodes, jobs=args.jobs, base_port=args.base_port, profiles=args.profiles.split(","),
+                        faults=faults)
     expected = prometheus_config(spec, [])["scrape_configs"][0]
     config = yaml.safe_load((REPO / "deploy" / "compose" / "prometheus.yml").read_text())
     ours = next(job for job in config["scrape_configs"] if job["job_name"] == "fleetscope")

@@ -143,6 +143,7 @@ def test_service_and_monitor_select_the_daemon(rendered: dict[str, list[dict[str
     monitor = one(objects, "ServiceMonitor")
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["publishNotReadyAddresses"] is True, "a stuck daemon must still be scraped"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
