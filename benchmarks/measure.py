@@ -1,0 +1,560 @@
+"""The measurements: each function runs one part of the suite and returns plain results.
+
+Every part starts its own processes and stops them again, so the parts are
+independent; :mod:`benchmarks.run` calls them in order and hands the results
+to :mod:`benchmarks.report`.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import math
+import os
+import pstats
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from benchmarks.harness import (
+    NodeShape,
+    PacedScraper,
+    PushOutcome,
+    RankFleet,
+    Service,
+    SimTree,
+    TreeTicker,
+    concurrent_scrapes,
+    cpu_share,
+    daemon_service,
+    free_port,
+    metrics_text,
+    node_exporter_service,
+    percentile,
+    push_load,
+    pushgateway_service,
+    sample_process,
+)
+
+ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
+NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how hard each part runs (``--quick`` shrinks everything for the smoke test)."""
+
+    workdir: str
+    sustained_seconds: float = 60.0
+    scrape_interval: float = 15.0  # the production Prometheus scrape interval
+    steps_per_second: float = 2.0  # per rank: a fast 0.5 s training step
+    latency_scrapes: int = 300  # per client, two clients
+    cycle_interval: float = 1.0  # collection interval of the daemon sampled for per-collector cycle times
+    compare_seconds: float = 30.0
+    compare_interval: float = 1.0  # scrape interval = collection interval in the side-by-side
+    push_seconds: float = 5.0  # per push workload
+    ingest_batch: int = 256  # the client's batch size (StepTracker(batch_size=256))
+    client_calls: int = 20_000
+    node_exporter: str | None = "/usr/bin/prometheus-node-exporter"
+    pushgateway: str | None = "/usr/bin/prometheus-pushgateway"
+
+    @classmethod
+    def quick(cls, workdir: str) -> Settings:
+        return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, latency_scrapes=10, cycle_interval=0.5,
+                   compare_seconds=3.0, compare_interval=0.5, push_seconds=0.5, client_calls=500)
+
+
+# -- shared helpers ------------------------------------------------------------------------------
+
+
+def parse_samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample.name, sample.labels, sample.value
+
+
+def series_by_metric(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name, _, _ in parse_samples(text):
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def collector_of_metrics() -> dict[str, str]:
+    """Exported sample name -> collector, from the metric tables (the catalog's source)."""
+    from fleetscope.catalog import all_tables
+
+    owner: dict[str, str] = {}
+    for collector, table in all_tables():
+        for spec in table:
+            owner.setdefault(spec.name, collector)  # names already carry their _total / _info suffix
+    return owner
+
+
+def owner_of(sample_name: str, owners: dict[str, str]) -> str:
+    if sample_name in owners:
+        return owners[sample_name]
+    for suffix in ("_total", "_created", "_info", "_bucket", "_count", "_sum"):
+        if sample_name.endswith(suffix) and sample_name.removesuffix(suffix) in owners:
+            return owners[sample_name.removesuffix(suffix)]
+    return "pushed groups" if not sample_name.startswith("fleetscope_") else "unmapped"
+
+
+class Services:
+    """Starts services together, stops them all (by pid) however the block ends."""
+
+    def __init__(self) -> None:
+        self.started: list[Service] = []
+
+    def start(self, *services: Service, ready_timeout: float = 90.0) -> None:
+        for service in services:
+            service.start()
+            self.started.append(service)
+        for service in services:
+            service.wait_ready(ready_timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for service in reversed(self.started):
+            service.stop()
+
+
+# -- 1, 2, 4: the node under production settings -----------------------------------------------
+
+
+VARIANTS = (
+    NodeShape("p5 (8 GPUs, 32 EFA, 4 ENA, 8 ranks)"),
+    NodeShape("1 GPU", gpus=1),
+    NodeShape("4 EFA devices", efa=4),
+    NodeShape("1 rank", ranks=1),
+    NodeShape("64 ranks", ranks=64),
+)
+
+
+@dataclass
+class VariantResult:
+    shape: NodeShape
+    cpu_share: float
+    peak_rss_bytes: int
+    rss_bytes: int
+    seconds: float
+    scrapes: int
+    pushes: dict[str, int]
+
+
+@dataclass
+class CycleStats:
+    collector: str
+    cycles: int
+    median_seconds: float
+    max_seconds: float
+
+
+@dataclass
+class NodeResults:
+    variants: list[VariantResult]
+    cycles: list[CycleStats]
+    latencies: list[float]
+    latency_errors: int
+    series: dict[str, int]  # collector -> series
+    series_total: int
+    largest_metrics: list[tuple[str, int]]
+    ingest: PushOutcome
+    exposition_bytes: int
+
+
+def _cycle_collector(samples: dict[str, dict[float, float]]) -> Any:
+    """on_body hook: record (last success time -> duration) per collector; one key per cycle."""
+
+    def on_body(body: bytes) -> None:
+        durations: dict[str, float] = {}
+        stamps: dict[str, float] = {}
+        for name, labels, value in parse_samples(body.decode("utf-8")):
+            if name == "fleetscope_collector_duration_seconds":
+                durations[labels["collector"]] = value
+            elif name == "fleetscope_collector_last_success_timestamp_seconds":
+                stamps[labels["collector"]] = value
+        for collector, duration in durations.items():
+            if collector in stamps:
+                samples.setdefault(collector, {})[stamps[collector]] = duration
+
+    return on_body
+
+
+def measure_node(settings: Settings, log: Any = print) -> NodeResults:
+    """Sustained run of every variant side by side, then latency, series and ingest on the p5 node."""
+    trees = [SimTree(shape, os.path.join(settings.workdir, f"node-{i}"), index=i) for i, shape in enumerate(VARIANTS)]
+    cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS))
+    ticker = TreeTicker(trees + [cycle_tree], max_seconds=settings.sustained_seconds + 600)
+    daemons = [daemon_service(f"daemon-{i}", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
+               for i, tree in enumerate(trees)]
+    cycle_daemon = daemon_service("daemon-cycles", cycle_tree.paths.root, free_port(), settings.workdir,
+                                  ALL_COLLECTORS, interval=str(settings.cycle_interval))
+    fleets: list[RankFleet] = []
+    scrapers: list[PacedScraper] = []
+    cycle_samples: dict[str, dict[float, float]] = {}
+    with Services() as services:
+        log(f"  starting {len(daemons) + 1} node daemons")
+        services.start(*daemons, cycle_daemon)
+        ticker.start()
+        try:
+            for tree, daemon in zip(trees, daemons, strict=True):
+                fleets.append(RankFleet(daemon.port, tree.shape.ranks, settings.steps_per_second))
+                scrapers.append(PacedScraper(daemon.port, settings.scrape_interval))
+            fleets.append(RankFleet(cycle_daemon.port, 8, settings.steps_per_second))
+            scrapers.append(PacedScraper(cycle_daemon.port, settings.cycle_interval / 2,
+                                         on_body=_cycle_collector(cycle_samples)))
+            for fleet in fleets:
+                fleet.start()
+            for scraper in scrapers:
+                scraper.start()
+            time.sleep(min(2.0, settings.sustained_seconds))  # first pushes land, senders settle
+            log(f"  sustained run: {settings.sustained_seconds:.0f}s at default intervals")
+            start = [sample_process(d.pid) for d in daemons]
+            time.sleep(settings.sustained_seconds)
+            end = [sample_process(d.pid) for d in daemons]
+            for scraper in scrapers:
+                scraper.stop()
+
+            base = daemons[0]
+            log(f"  /metrics latency: 2 clients x {settings.latency_scrapes} scrapes")
+            latencies, latency_errors = concurrent_scrapes(base.port, 2, settings.latency_scrapes, max_seconds=120)
+            text = metrics_text(base.port)
+            pushes = [fleet.stop() for fleet in fleets]
+            log("  ingest: 8 ranks, batched")
+            ingest = push_load(base.port, 8, "post", settings.ingest_batch, 100_000, settings.push_seconds,
+                               job="ingest")
+        finally:
+            for scraper in scrapers:
+                scraper.stop()
+            for fleet in fleets:
+                fleet.stop()
+            ticker.stop()
+
+    variants = [
+        VariantResult(tree.shape, cpu_share(s0, s1), s1.hwm_bytes, s1.rss_bytes, s1.wall - s0.wall,
+                      len(scraper.latencies), push)
+        for tree, s0, s1, scraper, push in zip(trees, start, end, scrapers[: len(trees)], pushes[: len(trees)],
+                                               strict=True)
+    ]
+    cycles = [
+        CycleStats(name, len(by_stamp), statistics.median(by_stamp.values()), max(by_stamp.values()))
+        for name, by_stamp in sorted(cycle_samples.items()) if by_stamp
+    ]
+    owners = collector_of_metrics()
+    per_metric = series_by_metric(text)
+    series: dict[str, int] = {}
+    for name, count in per_metric.items():
+        collector = owner_of(name, owners)
+        series[collector] = series.get(collector, 0) + count
+    largest = sorted(per_metric.items(), key=lambda item: -item[1])[:10]
+    return NodeResults(variants, cycles, latencies, latency_errors, series, sum(per_metric.values()), largest,
+                       ingest, len(text.encode()))
+
+
+# -- 5a: network collectors side by side --------------------------------------------------------
+
+
+@dataclass
+class ScrapeSide:
+    name: str
+    scrapes: int
+    median_seconds: float
+    p99_seconds: float
+    cpu_seconds_per_scrape: float
+    cpu_share: float
+    peak_rss_bytes: int
+    series: int
+    network_series: int  # without the exporter's own runtime/self metrics
+
+    @property
+    def cpu_us_per_series(self) -> float:
+        return 1e6 * self.cpu_seconds_per_scrape / self.network_series if self.network_series else math.nan
+
+
+@dataclass
+class NetCompare:
+    node_exporter: ScrapeSide | None
+    fleetscope: ScrapeSide
+    interval: float
+    note: str = ""
+
+
+def _self_metric(name: str) -> bool:
+    return name.startswith(("go_", "process_", "promhttp_", "node_scrape_", "node_exporter_", "fleetscope_collector_",
+                            "fleetscope_build_", "python_"))
+
+
+def measure_network(settings: Settings, log: Any = print) -> NetCompare:
+    tree = SimTree(NodeShape("p5 network"), os.path.join(settings.workdir, "node-net"), index=20)
+    tree.add_node_exporter_shim()
+    ticker = TreeTicker([tree], max_seconds=settings.compare_seconds + 600)
+    fleet = daemon_service("fleetscope", tree.paths.root, free_port(), settings.workdir, NET_COLLECTORS,
+                           interval=str(settings.compare_interval))
+    services_list: list[Service] = [fleet]
+    exporter = None
+    if settings.node_exporter:
+        exporter = node_exporter_service(settings.node_exporter, tree.paths.root, free_port(), settings.workdir)
+        services_list.append(exporter)
+    fleet.log_path = os.path.join(settings.workdir, "daemon-net.log")
+    with Services() as services:
+        log("  starting fleetscope (network collectors) and node_exporter on the same tree")
+        services.start(*services_list)
+        ticker.start()
+        scrapers = [PacedScraper(s.port, settings.compare_interval) for s in services_list]
+        try:
+            time.sleep(settings.compare_interval * 1.5)  # one fleetscope cycle at the new interval
+            for scraper in scrapers:
+                scraper.start()
+            time.sleep(settings.compare_interval)
+            counts0 = [len(sc.latencies) for sc in scrapers]
+            start = [sample_process(s.pid) for s in services_list]
+            log(f"  side by side: {settings.compare_seconds:.0f}s, one scrape per {settings.compare_interval}s each")
+            time.sleep(settings.compare_seconds)
+            end = [sample_process(s.pid) for s in services_list]
+            counts1 = [len(sc.latencies) for sc in scrapers]
+            for scraper in scrapers:
+                scraper.stop()
+            texts = [metrics_text(s.port) for s in services_list]
+        finally:
+            for scraper in scrapers:
+                scraper.stop()
+            ticker.stop()
+
+    sides = []
+    for service, scraper, s0, s1, c0, c1, text in zip(services_list, scrapers, start, end, counts0, counts1, texts,
+                                                        strict=True):
+        per_metric = series_by_metric(text)
+        scrapes = max(1, c1 - c0)
+        sides.append(ScrapeSide(
+            service.name, len(scraper.latencies), percentile(scraper.latencies, 50), percentile(scraper.latencies, 99),
+            (s1.cpu_seconds - s0.cpu_seconds) / scrapes, cpu_share(s0, s1), s1.hwm_bytes,
+            sum(per_metric.values()), sum(c for n, c in per_metric.items() if not _self_metric(n)),
+        ))
+    note = "" if exporter else "node_exporter binary not found: side by side skipped"
+    return NetCompare(sides[1] if exporter else None, sides[0], settings.compare_interval, note)
+
+
+# -- 3, 5b: push path ------------------------------------------------------------------------------
+
+
+@dataclass
+class PushRow:
+    server: str
+    workload: str
+    outcome: PushOutcome
+    server_cpu_seconds: float
+
+    @property
+    def cpu_us_per_record(self) -> float:
+        return 1e6 * self.server_cpu_seconds / self.outcome.records if self.outcome.records else math.nan
+
+
+@dataclass
+class ClientCost:
+    report_us: float  # tracker.report(...) per call
+    step_us: float  # `with tracker.step(): with tracker.phase(...)` x3 per step
+    calls: int
+    sent: int
+    dropped: int
+
+
+@dataclass
+class PushResults:
+    rows: list[PushRow]
+    client: ClientCost
+    ranks: int = 8
+    note: str = ""
+
+    def row(self, server: str, workload: str) -> PushRow | None:
+        for row in self.rows:
+            if row.server == server and row.workload == workload:
+                return row
+        return None
+
+
+def _timed_push(service: Service, server: str, workload: str, mode: str, batch: int, settings: Settings,
+                job: str) -> PushRow:
+    s0 = sample_process(service.pid)
+    outcome = push_load(service.port, 8, mode, batch, 1_000_000, settings.push_seconds, job=job)
+    s1 = sample_process(service.pid)
+    return PushRow(server, workload, outcome, s1.cpu_seconds - s0.cpu_seconds)
+
+
+def measure_client(port: int, calls: int, repeats: int = 5) -> ClientCost:
+    """Cost in the training thread: median over ``repeats`` runs of ``calls`` calls each."""
+    from fleetscope.client import StepTracker
+
+    tracker = StepTracker(job="client-cost", rank=0, local_rank=0, world_size=1, gpu=0,
+                          url=f"http://127.0.0.1:{port}", environ={})
+    try:
+        report_runs = []
+        step_runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                tracker.report(0.5, data_seconds=0.01, compute_seconds=0.4, comm_seconds=0.09, tokens=32768,
+                               samples=8, loss=2.5)
+            report_runs.append((time.perf_counter() - t0) / calls)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                with tracker.step(tokens=32768) as step:
+                    with tracker.phase("data"):
+                        pass
+                    with tracker.phase("compute"):
+                        pass
+                    with tracker.phase("comm"):
+                        pass
+                    step.loss = 2.5
+            step_runs.append((time.perf_counter() - t0) / calls)
+    finally:
+        tracker.close(timeout=5.0)
+    stats = tracker.stats()
+    return ClientCost(1e6 * statistics.median(report_runs), 1e6 * statistics.median(step_runs),
+                      calls * repeats * 2, stats.sent, stats.dropped)
+
+
+def measure_push(settings: Settings, log: Any = print) -> PushResults:
+    root = os.path.join(settings.workdir, "node-push")
+    SimTree(NodeShape("push"), root, index=30)  # the daemon needs a tree; only the push endpoint is used
+    daemon = daemon_service("daemon-push", root, free_port(), settings.workdir, ("steps",))
+    services_list: list[Service] = [daemon]
+    gateway = None
+    if settings.pushgateway:
+        gateway = pushgateway_service(settings.pushgateway, free_port(), settings.workdir)
+        services_list.append(gateway)
+    rows: list[PushRow] = []
+    with Services() as services:
+        log("  starting fleetscope (push endpoint only) and the Pushgateway")
+        services.start(*services_list)
+        if gateway is not None:
+            log("  Pushgateway: PUT per record")
+            rows.append(_timed_push(gateway, "Pushgateway", "PUT per record", "put", 1, settings, "pg"))
+        log("  fleetscope: PUT per record, POST per record, POST batched")
+        rows.append(_timed_push(daemon, "fleetscope", "PUT per record", "put", 1, settings, "fs-put"))
+        rows.append(_timed_push(daemon, "fleetscope", "POST per record", "post", 1, settings, "fs-post"))
+        rows.append(_timed_push(daemon, "fleetscope", f"POST batched ({settings.ingest_batch})", "post",
+                                settings.ingest_batch, settings, "fs-batch"))
+        log("  client cost per step")
+        client = measure_client(daemon.port, settings.client_calls)
+    note = "" if gateway else "Pushgateway binary not found: side by side skipped"
+    return PushResults(rows, client, note=note)
+
+
+# -- where the time goes ---------------------------------------------------------------------------
+
+
+@dataclass
+class ProfileResult:
+    title: str
+    calls: int
+    seconds_per_call: float
+    top: list[tuple[str, int, float, float]]  # function, calls, tottime s, cumtime s (per profiled call)
+
+
+def _profile(title: str, work: Any, calls: int, top: int = 10) -> ProfileResult:
+    work()  # warm caches and lazy imports
+    profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    profiler.enable()
+    for _ in range(calls):
+        work()
+    profiler.disable()
+    elapsed = (time.perf_counter() - t0) / calls
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    rows = []
+    for (filename, line, func), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = filename
+        for marker in ("site-packages/", "exporter/", "lib/python3.11/"):
+            if marker in filename:
+                where = filename.split(marker, 1)[1]
+                break
+        rows.append((f"{where}:{line}({func})", ncalls // calls, tottime / calls, cumtime / calls))
+    rows.sort(key=lambda row: -row[2])
+    return ProfileResult(title, calls, elapsed, rows[:top])
+
+
+def measure_profiles(settings: Settings, calls: int, log: Any = print) -> list[ProfileResult]:
+    """cProfile, in this process, of the p5 node's /metrics rendering and of each background collector."""
+    import gzip
+    import json as jsonlib
+
+    from fleetscope.daemon import build_engine
+    from fleetscope.engine import CollectorRunner
+    from fleetscope.http import make_registry
+    from fleetscope.push.models import parse_records
+    from fleetscope.sim.gpufeed import GpuFeed
+    from fleetscope.sim.nodeproc import build_node_collectors, node_config
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    from benchmarks.harness import step_record
+    from benchmarks.nodeproc import node_flags
+
+    log("  profiling /metrics rendering and each collector in-process")
+    tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-profile"), index=40)
+    tree.tick(1.0)
+    config = node_config(tree.paths, "127.0.0.1:0", 15.0, node_flags(list(ALL_COLLECTORS), "default"))
+    GpuFeed(tree.paths).install()
+    collectors = build_node_collectors(config, tree.paths)
+    engine = build_engine(config, collectors)
+    if "steps" in collectors:
+        records = [step_record("profile", r, s, 8) for r in range(8) for s in range(1, 33)]
+        collectors["steps"].store.ingest(parse_records(jsonlib.dumps(records).encode()))
+    results = []
+    for runner in engine.runners:
+        if isinstance(runner, CollectorRunner):
+            runner.run_once()
+            results.append(_profile(f"collector {runner.name}: one collection", runner.collector.collect,
+                                    max(1, calls // 10), top=6))
+    registry = make_registry(engine)
+    results.insert(0, _profile("/metrics body, OpenMetrics (what Prometheus negotiates) + gzip",
+                               lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls))
+    results.insert(1, _profile("/metrics body, text 0.0.4, no gzip", lambda: generate_latest(registry), calls))
+    engine.stop()
+    return results
+
+
+def median_or_nan(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+@dataclass
+class Environment:
+    cpu_model: str
+    cores: int
+    cores_usable: int
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def environment(settings: Settings) -> Environment:
+    import platform
+    from importlib import metadata
+
+    from benchmarks.harness import binary_version
+
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions = {"python": platform.python_version()}
+    for package in ("fleetscope", "prometheus_client", "fastapi", "uvicorn", "pydantic"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    versions["node_exporter"] = binary_version(settings.node_exporter) if settings.node_exporter else "not installed"
+    versions["pushgateway"] = binary_version(settings.pushgateway) if settings.pushgateway else "not installed"
+    return Environment(model, os.cpu_count() or 0, len(os.sched_getaffinity(0)), versions)
+

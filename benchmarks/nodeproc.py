@@ -1,0 +1,68 @@
+"""One benchmark node daemon: the real fleetscope pipeline over a simulated node's tree.
+
+Started as ``python3 -m benchmarks.nodeproc --root DIR --listen HOST:PORT ...``
+by :mod:`benchmarks.harness`. It is the simulator's ``simulate-node`` with two
+knobs the benchmarks need: which collectors run, and whether they keep their
+registry default intervals (the production setting) or one fixed interval.
+
+Unlike the simulator, the GPU state feed is installed once and not polled:
+its poll loop is simulator work that would be billed to the daemon's CPU.
+The fake GPUs keep their values; the collector does the same calls either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+
+def node_flags(collectors: list[str], interval: str) -> dict[str, Any]:
+    """Config flags enabling exactly ``collectors``, at default intervals or one fixed interval."""
+    from fleetscope.collectors import REGISTRY
+
+    flags: dict[str, Any] = {}
+    for name, entry in REGISTRY.items():
+        flags[f"collector.{name}"] = name in collectors
+        if entry.live:
+            continue
+        if interval == "default":
+            flags[f"collector.{name}.interval"] = entry.default_interval
+            flags[f"collector.{name}.timeout"] = entry.default_timeout
+        else:
+            seconds = float(interval)
+            flags[f"collector.{name}.interval"] = seconds
+            flags[f"collector.{name}.timeout"] = max(0.5, min(entry.default_timeout, seconds * 0.9))
+    return flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.nodeproc")
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--collectors", default="efa,netdev,netstat,ena,gpu,steps")
+    parser.add_argument("--interval", default="default", help="'default' or seconds for every background collector")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from fleetscope.daemon import build_daemon
+    from fleetscope.sim.nodeproc import build_node_collectors, node_config
+    from fleetscope.sim.tree import NodePaths
+
+    collectors = [name for name in args.collectors.split(",") if name]
+    paths = NodePaths(args.root)
+    config = node_config(paths, args.listen, 15.0, node_flags(collectors, args.interval))
+    if "gpu" in collectors:
+        from fleetscope.sim.gpufeed import GpuFeed
+
+        GpuFeed(paths).install()  # fake NVML below pynvml; no poll thread (see module doc)
+    daemon = build_daemon(config, collectors=build_node_collectors(config, paths))
+    asyncio.run(daemon.serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Smoke test: the whole suite runs in --quick mode and writes every section of the report.
+
+No figure is asserted against a threshold (timings belong in the report, not
+in tests); the test checks that each figure was actually measured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, require_binary
+
+SECTIONS = (
+    "## Machine and versions",
+    "## Headline",
+    "## 1. `/metrics` latency and collection cycles",
+    "## 2. Daemon CPU and memory",
+    "## 3. Push path",
+    "## 4. Series per node",
+    "## 5. Side by side",
+    "### Network collectors vs node_exporter",
+    "### Push endpoint vs Pushgateway",
+    "## Where the time goes",
+    "## Kubernetes resources",
+)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    require_binary("prometheus-node-exporter")
+    require_binary("prometheus-pushgateway")
+    out = tmp_path_factory.mktemp("bench") / "benchmarks.md"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=ROOT, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return out.read_text(encoding="utf-8")
+
+
+def table_rows(text: str, heading: str, which: int = 0) -> list[list[str]]:
+    """Rows (cells) of the ``which``-th table after ``heading``, header and rule excluded."""
+    section = text.split(heading, 1)[1]
+    tables: list[list[list[str]]] = []
+    inside = False
+    for line in section.splitlines():
+        if line.startswith("|"):
+            if not inside:
+                tables.append([])
+                inside = True
+            tables[-1].append([cell.strip() for cell in line.strip("|").split("|")])
+        else:
+            inside = False
+            if len(tables) > which:
+                break
+    return tables[which][2:]
+
+
+def test_every_section_is_written(report: str) -> None:
+    positions = [report.index(heading) for heading in SECTIONS]
+    assert positions == sorted(positions)
+    assert "--quick" in report  # a smoke-test report says so
+
+
+def test_versions_name_every_component(report: str) -> None:
+    line = next(l for l in report.splitlines() if l.startswith("* python "))
+    for component in ("fleetscope", "prometheus_client", "fastapi", "uvicorn", "node_exporter", "pushgateway"):
+        match = re.search(rf"{component} (\S+)", line)
+        assert match and match.group(1)[0].isdigit(), f"{component} version missing in {line!r}"
+
+
+def test_every_target_is_measured(report: str) -> None:
+    rows = table_rows(report, "## Headline")
+    assert len(rows) == 6
+    for what, _goal, measured, verdict in rows:
+        assert "n/a" not in measured and verdict != "not measured", what
+
+
+def test_both_side_by_side_ratios_are_reported(report: str) -> None:
+    headline = report.split("## Headline", 1)[1].split("|", 1)[0]
+    assert re.search(r"node_exporter's CPU per scrape", headline)
+    assert re.search(r"fleetscope POST takes \d+\.\d+x the Pushgateway's records/s", headline)
+    net = table_rows(report, "### Network collectors vs node_exporter")
+    assert [row[0] for row in net] == ["node_exporter", "fleetscope"]
+    push = table_rows(report, "### Push endpoint vs Pushgateway")
+    assert {(row[0], row[1]) for row in push} >= {
+        ("Pushgateway", "PUT per record"), ("fleetscope", "POST per record"), ("fleetscope", "PUT per record"),
+    }
+    assert any(row[1].startswith("POST batched") for row in push)
+    for row in push:
+        assert row[4] == "0", f"push errors in {row}"
+
+
+def test_cpu_and_memory_for_every_variant(report: str) -> None:
+    rows = table_rows(report, "## 2. Daemon CPU and memory")
+    counts = {(row[1], row[2], row[4]) for row in rows}
+    assert ("8", "32", "8") in counts  # the p5 node
+    assert ("1", "32", "8") in counts and ("8", "4", "8") in counts  # GPU and EFA scaling
+    assert ("8", "32", "1") in counts and ("8", "32", "64") in counts  # rank scaling
+    for row in rows:
+        assert row[5].endswith("%") and row[6].endswith("MiB")
+        assert int(row[8].replace(",", "")) > 0, f"no records pushed for {row[0]}"
+
+
+def test_collector_cycles_and_series_cover_every_collector(report: str) -> None:
+    cycles = {row[0] for row in table_rows(report, "## 1. `/metrics` latency and collection cycles", 1)}
+    series = {row[0] for row in table_rows(report, "## 4. Series per node")}
+    for collector in ("efa", "netdev", "netstat", "ena", "gpu"):
+        assert collector in cycles, f"no cycle times for {collector}"
+        assert collector in series, f"no series for {collector}"
+    assert "steps" in series and "unmapped" not in series
+
+
+def test_kubernetes_resources_are_valid_quantities(report: str) -> None:
+    block = report.split("## Kubernetes resources", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    resources = yaml.safe_load(block)["resources"]
+    for kind in ("requests", "limits"):
+        assert re.fullmatch(r"\d+m", resources[kind]["cpu"])
+        assert re.fullmatch(r"\d+Mi", resources[kind]["memory"])
+    assert int(resources["limits"]["memory"][:-2]) >= int(resources["requests"]["memory"][:-2])
+    assert int(resources["limits"]["cpu"][:-1]) >= int(resources["requests"]["cpu"][:-1])
