@@ -12,13 +12,14 @@ RANK_LABELS = "cluster, training_job, pp_stage, rank, instance"
 # Clock-event reasons that mean the GPU slowed itself down (idle and application clocks are not slowdowns).
 SLOWDOWN_REASONS = "hw_slowdown|hw_thermal|hw_power_brake|sw_thermal|sw_power_cap"
 
-# Likely-cause codes of the straggler tables, checked in this order (first match wins).
+# Likely-cause codes of the straggler tables, checked in this order (first match wins): signals of the
+# rank's own GPU and input pipeline come before node-wide EFA trouble, which every rank of the node shares.
 CAUSES: dict[int, tuple[str, str]] = {
     0: ("no node signal: compare code path / data shard", "text"),
     1: ("GPU Xid errors (last hour)", "red"),
     2: ("GPU clocks throttled", "orange"),
-    3: ("EFA retransmits on node", "orange"),
-    4: ("input pipeline (data wait > 15% of step)", "yellow"),
+    3: ("input pipeline (data wait > 5% of step)", "yellow"),
+    4: ("EFA retransmits on node", "orange"),
 }
 
 
@@ -49,7 +50,10 @@ def _per_rank_from_gpu(gpu_expr: str, matchers: str) -> str:
 
 
 def likely_cause(matchers: str) -> str:
-    """A code from :data:`CAUSES` for every rank: the first node-side signal that explains slowness."""
+    """A code from :data:`CAUSES` for every rank: the first node-side signal that explains slowness.
+
+    Input-bound uses the PyTorch profiler's rule (DataLoader time above 5% of the step).
+    """
     xid = _per_rank_from_gpu("max by (instance, gpu) (increase(fleetscope_gpu_xid_errors_total[1h]))", matchers)
     throttle = _per_rank_from_gpu(
         f'max by (instance, gpu) (rate(fleetscope_gpu_throttle_seconds_total{{reason=~"{SLOWDOWN_REASONS}"}}[5m]))',
@@ -65,8 +69,8 @@ def likely_cause(matchers: str) -> str:
     )
     every_rank = f"max by ({RANK_LABELS}) ({relative_compute(matchers)})"
     return (
-        f"(({xid}) > 0) * 0 + 1 or (({throttle}) > 0.05) * 0 + 2 or (({efa}) > 1) * 0 + 3 "
-        f"or (({data}) > 0.15) * 0 + 4 or ({every_rank}) * 0"
+        f"(({xid}) > 0) * 0 + 1 or (({throttle}) > 0.05) * 0 + 2 or (({data}) > 0.05) * 0 + 3 "
+        f"or (({efa}) > 1) * 0 + 4 or ({every_rank}) * 0"
     )
 
 

@@ -96,7 +96,7 @@ def build() -> Any:
                     column_units={"Likely cause": "none"}, value_mappings={"Likely cause": mappings(exprs.CAUSES)},
                     description="The slowest ranks with their node and GPU, and the first node-side signal that "
                                 "explains them (Xid, clock slowdown, EFA retransmits, input wait)."),
-        timeseries_panel("Data wait per rank", "percentunit", rising(0.15, 0.3),
+        timeseries_panel("Data wait per rank", "percentunit", rising(0.05, 0.15),
                          Q(f"topk(10, max by (rank) (rate(fleetscope_training_data_seconds_total{{{J}}}{RATE}) "
                            f"/ rate(fleetscope_training_step_seconds_total{{{J}}}{RATE})))", "rank {{rank}}"),
                          description="The ten ranks waiting longest for input, as a share of their step time."),
