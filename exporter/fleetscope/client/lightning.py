@@ -22,7 +22,7 @@ from typing import Any
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the standalone package name
-    from pytorch_lightning import Callback  # type: ignore[no-redef]
+    from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
 
 from fleetscope.client.tracker import StepTracker
 
