@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("grafana_foundation_sdk")
+from tests.dashboards import require_module
+
+require_module("grafana_foundation_sdk")
 
 from fleetscope import dashboards
 from fleetscope.cli import main

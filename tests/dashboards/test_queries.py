@@ -14,8 +14,9 @@ from fleetscope import dashboards
 from fleetscope.dashboards import QUERY_DEFAULTS, PanelQuery, queries, substitute
 
 from tests.conftest import ROOT, require_binary
+from tests.dashboards import require_module
 
-promql_parser = pytest.importorskip("promql_parser")
+promql_parser = require_module("promql_parser")
 
 ALL = queries()
 # Series Prometheus itself produces; dashboards may read them.

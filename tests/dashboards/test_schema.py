@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from fleetscope import dashboards
 
+from tests.dashboards import require_module
+
 COMMITTED = dashboards.load()
 UIDS = list(COMMITTED)
 GRID_COLUMNS = 24
@@ -40,7 +42,7 @@ def visual_panels(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def sdk_round_trip(data: dict[str, Any]) -> dict[str, Any]:
-    pytest.importorskip("grafana_foundation_sdk")
+    require_module("grafana_foundation_sdk")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from grafana_foundation_sdk.models.dashboard import Dashboard
