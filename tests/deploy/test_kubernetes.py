@@ -9,12 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate.utils
 import pytest
 import yaml
-
 from fleetscope.cli import build_parser, config_from_args
 from fleetscope.config import load
-from tests.deploy.manifests import KUSTOMIZE_DIR, OVERLAYS, REPO, by_kind, kustomize, load_generator, one, validate
+
+from tests.deploy.manifests import (
+    KUSTOMIZE_DIR,
+    OVERLAYS,
+    REPO,
+    by_kind,
+    kustomize,
+    load_generator,
+    one,
+    validate,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +48,7 @@ def test_every_rendered_object_passes_schema_validation(rendered: dict[str, list
         for obj in objects:
             try:
                 validate(obj)
-            except Exception as exc:  # the message names the overlay and object
+            except (jsonschema.ValidationError, kubernetes_validate.utils.SchemaNotFoundError) as exc:
                 pytest.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']}: {exc}")
 
 
@@ -171,7 +181,7 @@ def rule_and_dashboard_expectations(repo: Path) -> tuple[dict[str, Any], dict[st
 
 def assert_carries_exactly(objects: list[dict[str, Any]], rules: dict[str, Any], dashboards: dict[str, str]) -> None:
     rendered_rules = [r["spec"] for r in by_kind(objects, "PrometheusRule")]
-    canonical = lambda value: json.dumps(value, sort_keys=True)  # noqa: E731
+    canonical = lambda value: json.dumps(value, sort_keys=True)
     assert sorted(map(canonical, rendered_rules)) == sorted(map(canonical, rules.values()))
     dashboard_maps = [c for c in by_kind(objects, "ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard")]
     assert all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboard_maps)
