@@ -52,3 +52,13 @@ def test_rendered_text_is_stable_json() -> None:
     assert text.endswith("}\n")
     assert text.index('"a"') < text.index('"b"')
     assert json.loads(text) == data
+
+
+def test_command_explains_a_missing_sdk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "grafana_foundation_sdk", None)  # makes the import fail
+    assert main(["dashboards", "--output", str(tmp_path)]) == 2
+    assert "pip install 'fleetscope[dashboards]'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -11,6 +11,12 @@ from typing import Any
 def cmd_dashboards(args: argparse.Namespace) -> int:
     from fleetscope import dashboards
 
+    try:
+        import grafana_foundation_sdk  # noqa: F401  (only to give a clear message when it is missing)
+    except ImportError:
+        print("fleetscope dashboards needs grafana-foundation-sdk: pip install 'fleetscope[dashboards]'",
+              file=sys.stderr)
+        return 2
     directory = Path(args.output) if args.output else dashboards.default_directory()
     if args.check:
         out_of_date = dashboards.stale(directory)
