@@ -26,8 +26,8 @@ the pod UID. One series per (GPU, job, rank): no per-pid labels.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.spec import MetricSpec, table

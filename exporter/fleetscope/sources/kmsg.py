@@ -38,7 +38,7 @@ from fleetscope.sources.xid import PciAddress
 logger = logging.getLogger("fleetscope.sources.kmsg")
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\): (?P<xid>\d+)(?P<rest>.*)", re.S)
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\): (?P<xid>\d+)(?P<rest>.*)", re.DOTALL)
 PID_RE = re.compile(r"^,\s*pid=(?P<pid>'<unknown>'|<unknown>|\d+)")
 NAME_RE = re.compile(r"^,\s*name=(?P<name>[^,]*)")
 NVLINK5_RE = re.compile(r"(?P<unit>\w+)\s+(?P<severity>\w+)\s+(?P<xc>\w+)\s+(?P<inst>\w+)\s+Link\s+(?P<link>-?\d+)")
@@ -46,7 +46,7 @@ RECOVERY_RE = re.compile(r"recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\)
 GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:(?P<pci>" + _PCI + r"): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 FALLEN_START_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _PCI + r")")
 FALLEN_RE = re.compile(r"fallen off the bus and is not responding to commands")
-HEADER_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)$", re.S)
+HEADER_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<text>.*)$", re.DOTALL)
 ESCAPE_RE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 # A multi-line "fallen off the bus" message is complete within this many records, or it is not that message.
