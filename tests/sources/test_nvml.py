@@ -123,7 +123,7 @@ def test_without_field_values_the_per_call_fallbacks_answer(scenario) -> None:
     gpu = by_index(NvmlSource().read())[0]
     assert gpu.scalars["energy"] == 987654321 and gpu.scalars["pcie_replays"] == 7
     assert gpu.labelled["remapped_rows"][("correctable",)] == 2
-    assert "ecc_errors" not in gpu.labelled
+    assert gpu.labelled["ecc_errors"][("corrected", "aggregate")] == 41
 
 
 def test_nvlink_down_and_errors_per_link(scenario) -> None:

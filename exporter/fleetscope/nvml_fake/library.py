@@ -558,6 +558,15 @@ class FakeNvml:
         gpu = self._device(handle)
         return self._scalar(handle, "nvmlDeviceGetFanSpeed", gpu.fan_percent if gpu else None, ref)
 
+    def _nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        kind = {0: "corrected", 1: "uncorrected"}.get(_value(error_type))
+        scope = {0: "volatile", 1: "aggregate"}.get(_value(counter_type))
+        value = None
+        if gpu is not None and gpu.ecc is not None and kind and scope:
+            value = gpu.ecc.get(f"{kind}_{scope}")
+        return self._scalar(handle, "nvmlDeviceGetTotalEccErrors", value, ref)
+
     def _nvmlDeviceGetRemappedRows(self, handle: Any, corr: Any, unc: Any, pending: Any, failure: Any) -> int:
         gpu = self._device(handle)
         rows = None if gpu is None or gpu.mig_mode else gpu.remapped_rows  # NotSupported with MIG (nvml.h)

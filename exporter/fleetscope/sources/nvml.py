@@ -176,6 +176,9 @@ SCALAR_FIELDS: dict[int, tuple[str, tuple[str, ...]]] = {
     271: ("throttle_seconds", ("hw_power_brake",)),
     230: ("recovery_action", ()),
 }
+# (error_type, counter_type) -> nvmlDeviceGetTotalEccErrors arguments, when field values are unavailable.
+ECC_COUNTERS = {("corrected", "volatile"): (0, 0), ("uncorrected", "volatile"): (1, 0),
+                ("corrected", "aggregate"): (0, 1), ("uncorrected", "aggregate"): (1, 1)}
 FIELD_NVLINK_LINK_COUNT = 91
 FIELD_NVLINK_STATE = 165
 NVLINK_ERROR_FIELDS = {161: "replay", 162: "recovery", 163: "crc"}
@@ -508,6 +511,10 @@ class NvmlSource:
             put(key, fields.get((field_id, 0)), labels)
         if (83, 0) not in fields:
             put("energy", self._attempt(index, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+        if (3, 0) not in fields:
+            for (error, counter), args in ECC_COUNTERS.items():
+                put("ecc_errors", self._attempt(index, f"ecc_{error}_{counter}", nvml.nvmlDeviceGetTotalEccErrors,
+                                                handle, *args), (error, counter))
         if (94, 0) not in fields:
             put("pcie_replays", self._attempt(index, "pcie_replays", nvml.nvmlDeviceGetPcieReplayCounter, handle))
         if (142, 0) not in fields:
