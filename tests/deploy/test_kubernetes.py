@@ -280,3 +280,56 @@ def test_generator_refuses_bad_inputs(tmp_path: Path) -> None:
     (repo / "alerts" / "x.rules.yml").write_text("- not a rule file\n")
     assert generator.main(["--repo", str(repo), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists(), "nothing is written when an input is bad"
+
+
+@pytest.mark.e2e
+def test_daemon_started_with_the_daemonset_arguments_passes_its_probes(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """On a node without GPUs or EFA (an empty host tree) the pod still goes live and ready."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    objects = rendered["kube-prometheus-stack"]
+    main = container(objects)
+    configmap = next(c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].startswith("fleetscope-config"))
+    (tmp_path / "config.yaml").write_text(configmap["data"]["config.yaml"])
+    for host_dir in ("sys", "proc"):
+        (tmp_path / "host" / host_dir).mkdir(parents=True)
+    port = free_port()
+    args = [
+        a.replace("/etc/fleetscope/config.yaml", str(tmp_path / "config.yaml"))
+        .replace("=/host/", f"={tmp_path}/host/")
+        .replace("=:9402", f"=127.0.0.1:{port}")
+        for a in main["args"]
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+    daemon = subprocess.Popen([sys.executable, "-m", "fleetscope", *args], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        statuses: dict[str, int] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and statuses != {"/healthz": 200, "/readyz": 200}:
+            assert daemon.poll() is None, f"daemon exited: {daemon.stderr.read() if daemon.stderr else ''}"
+            for probe in (main["livenessProbe"], main["readinessProbe"]):
+                path = probe["httpGet"]["path"]
+                try:
+                    statuses[path] = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code
+                except httpx.HTTPError:
+                    statuses[path] = 0
+            time.sleep(0.2)
+        assert statuses == {"/healthz": 200, "/readyz": 200}
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "fleetscope_build_info" in metrics
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
