@@ -72,12 +72,16 @@ def ok(color: str = "green") -> Steps:
 
 
 def rising(warn: float, crit: float) -> Steps:
-    """Higher is worse."""
+    """Higher is worse; ``warn == crit`` means any value from there on is bad (no orange band)."""
+    if warn == crit:
+        return ((None, "green"), (crit, "red"))
     return ((None, "green"), (warn, "orange"), (crit, "red"))
 
 
 def falling(crit: float, warn: float) -> Steps:
-    """Lower is worse."""
+    """Lower is worse; ``crit == warn`` means below it is bad, from it on good."""
+    if crit == warn:
+        return ((None, "red"), (warn, "green"))
     return ((None, "red"), (crit, "orange"), (warn, "green"))
 
 
