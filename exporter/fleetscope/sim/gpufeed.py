@@ -96,8 +96,9 @@ class GpuFeed:
                 processes=[(40000 + g["index"], g["memory_used_bytes"])] if busy > 0.05 else [],
             )
             if gpu.gpm is not None:
-                gpu.set(gpm={"sm_active": 0.9 * busy, "sm_occupancy": 0.4 * busy, "tensor_active": 0.55 * busy,
-                             "dram_active": 0.5 * busy})
+                # GPM metrics are percentages, like NVML's.
+                gpu.set(gpm={"sm_active": 90.0 * busy, "sm_occupancy": 40.0 * busy, "tensor_active": 55.0 * busy,
+                             "dram_active": 50.0 * busy})
             gpu.throttle(*g["throttle"])
             seen = self._xids_seen.get(g["index"], 0)
             for xid in g["xids"][seen:]:

@@ -24,7 +24,7 @@ class JobSpec:
     ranks_per_node: int = 8
     step_seconds: float = 2.0  # typical step at the start
     data_share: float = 0.02
-    compute_share: float = 0.78
+    compute_share: float = 0.82
     tokens_per_rank_step: int = 8 * 4096
     samples_per_rank_step: int = 8
     drift_amplitude: float = 0.03  # slow drift of the whole job's speed

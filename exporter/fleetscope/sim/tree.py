@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 
 from fleetscope.sim.node import ENA_COUNTERS, NodeModel
@@ -77,6 +78,7 @@ class TreeWriter:
         self._written: dict[str, str] = {}
         self._removed: set[str] = set()
         self._kmsg_seq = 1000
+        self._boot_wall = time.time() - model.uptime
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -232,6 +234,8 @@ class TreeWriter:
         )
         self._write(os.path.join(proc, "net", "netstat"), netstat)
         self._write(os.path.join(proc, "uptime"), f"{model.uptime:.2f} {model.uptime * 150:.2f}\n")
+        # Boot time, so kernel-log stamps (microseconds since boot) map to wall-clock time.
+        self._write(os.path.join(proc, "stat"), f"cpu  0 0 0 0 0 0 0 0 0 0\nbtime {int(self._boot_wall)}\n")
 
     def _write_gpu_state(self) -> None:
         """The GPU half of the node: read by the node process, which feeds its NVML fake."""

@@ -1,0 +1,207 @@
+"""End to end: injected faults -> real daemons -> real Prometheus -> the time-compressed rules.
+
+One simulated cluster of 16 nodes runs 8 two-node jobs; every fault class of
+the simulator is injected once, staggered, each on its own node (node faults)
+or its own job (training faults), so one Prometheus run checks them all in
+parallel. A healthy cluster runs alongside for the same time with its own
+Prometheus and must stay silent. The run writes docs/detection-report.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from fleetscope.sim.cluster import SimCluster, make_cluster
+from fleetscope.sim.detection import AlertPattern, AlertWatcher, Expectation, Outcome, Sighting, evaluate, render_report
+from fleetscope.sim.faults import Fault, parse_schedule
+from fleetscope.sim.prom import Prometheus, prometheus_config
+from fleetscope.sim.tree import make_workdir
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
+REPORT = os.path.join(ROOT, "docs", "detection-report.md")
+RUN_SECONDS = 330.0
+LIMIT = 180.0  # every alert must fire within 3 minutes of its fault (compressed windows: 1m rate + for)
+
+# 16 nodes alternate p5 / p4d: job-a = node-00 (p5, ranks 0-7) + node-01 (p4d, ranks 8-15), job-b = node-02 + 03...
+SCHEDULE: list[dict[str, Any]] = [
+    {"kind": "thermal_throttle", "at": "60s", "node": "node-00", "gpu": 3},
+    {"kind": "hw_slowdown", "at": "65s", "node": "node-02", "gpu": 5},
+    {"kind": "slow_dataloader", "at": "70s", "job": "job-c", "rank": 12},
+    {"kind": "job_hang", "at": "75s", "job": "job-d", "params": {"first_rank": 9, "lag": 10}},
+    {"kind": "rank_dies", "at": "80s", "job": "job-e", "rank": 6, "params": {"block_after": 900}},
+    {"kind": "xid", "at": "85s", "node": "node-10", "gpu": 1, "params": {"xid": 79}},
+    {"kind": "xid", "at": "90s", "node": "node-11", "gpu": 2, "params": {"xid": 48}},
+    {"kind": "xid", "at": "95s", "node": "node-12", "gpu": 0, "params": {"xid": 94}},
+    {"kind": "xid", "at": "100s", "node": "node-13", "gpu": 7, "params": {"xid": 119}},
+    {"kind": "ecc_uncorrectable", "at": "105s", "node": "node-14", "gpu": 4},
+    {"kind": "row_remap_pending", "at": "110s", "node": "node-15", "gpu": 6},
+    {"kind": "efa_retransmits", "at": "60s", "node": "node-06", "device": "rdmap96s0"},
+    {"kind": "efa_impaired", "at": "70s", "node": "node-07", "device": "rdmap144s27"},
+    {"kind": "efa_rx_drops", "at": "80s", "node": "node-04", "device": "rdmap130s0"},
+    {"kind": "efa_device_missing", "at": "90s", "node": "node-09", "device": "rdmap160s27"},
+    {"kind": "ena_pps_exceeded", "at": "100s", "node": "node-01", "device": "ens32"},
+    {"kind": "ena_bw_exceeded", "at": "110s", "node": "node-03", "device": "ens32"},
+    {"kind": "tcp_retransmit_storm", "at": "120s", "node": "node-12"},
+]
+
+
+FAULTS = tuple(parse_schedule({"faults": SCHEDULE}))  # sorted by start time
+
+# Faults the shipped rules are known to miss, with the reason; their tests xfail and the report says FAIL.
+KNOWN_GAPS = {
+    "slow_dataloader": (
+        "TrainingInputBound compares the job's median data share, so one rank's slow loader never moves it; the other "
+        "ranks wait on that rank in the collective and TrainingCommunicationBound fires for the job instead. "
+        "Needs a rank-level input rule (rank data share > 15%) naming the rank."
+    ),
+}
+
+
+def expectation(fault: Fault) -> Expectation:
+    """What each fault must raise (and what may honestly come with it)."""
+    node, gpu, job = fault.node or "", str(fault.gpu), fault.job or ""
+    on_gpu = {"instance": node, "gpu": gpu}
+    kind = fault.kind
+    if kind in ("thermal_throttle", "hw_slowdown"):
+        rank = str(fault.gpu)  # the rank on that GPU: ranks 0-7 run on the job's first node
+        job = {"node-00": "job-a", "node-02": "job-b"}[node]
+        return Expectation(
+            fault,
+            (AlertPattern("GpuThrottled", on_gpu), AlertPattern("TrainingStragglerRank",
+                                                                 {"training_job": job, "rank": rank})),
+            LIMIT,
+            tolerated=(AlertPattern("GpuTemperatureNearSlowdown", on_gpu), AlertPattern("GpuSmClockBelowPeers", on_gpu),
+                       AlertPattern("TrainingJobSlowdown", {"training_job": job})),
+        )
+    if kind == "xid":
+        xid = int(fault.param("xid"))
+        name = {79: "GpuXidRebootRequired", 48: "GpuXidResetRequired", 94: "GpuXidApplicationError",
+                119: "GpuXidResetRequired"}[xid]
+        tolerated = (AlertPattern("GpuLost", on_gpu), AlertPattern("GpuMissing", {"instance": node})) if xid == 79 else ()
+        return Expectation(fault, (AlertPattern(name, {**on_gpu, "xid": str(xid)}),), 60.0, tolerated)
+    simple: dict[str, tuple[str, dict[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
+        "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
+        "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
+        "efa_retransmits": ("EfaRetransmitTimeouts", {"instance": node, "device": fault.device or ""}, ()),
+        "efa_impaired": ("EfaImpairedRemoteConnections", {"instance": node, "device": fault.device or ""},
+                         (AlertPattern("EfaUnresponsiveRemote", {"instance": node, "device": fault.device or ""}),)),
+        "efa_rx_drops": ("EfaRxDrops", {"instance": node, "device": fault.device or ""}, ()),
+        "efa_device_missing": ("EfaDevicesMissing", {"instance": node}, ()),
+        "ena_pps_exceeded": ("EnaAllowanceExceeded", {"instance": node, "device": "ens32", "allowance": "pps"}, ()),
+        "ena_bw_exceeded": ("EnaAllowanceExceeded",
+                            {"instance": node, "device": "ens32", "allowance": ("bw_in", "bw_out")}, ()),
+        "tcp_retransmit_storm": ("TcpRetransmitRatioHigh", {"instance": node}, ()),
+        "slow_dataloader": ("TrainingInputBound", {"training_job": job},
+                            (AlertPattern("TrainingJobSlowdown", {"training_job": job}),)),  # see KNOWN_GAPS
+        "job_hang": ("TrainingJobHang", {"training_job": job, "rank": str(int(fault.param("first_rank")))},
+                     (AlertPattern("TrainingRankSilent", {"training_job": job}),
+                      AlertPattern("TrainingLowGpuActivity", {"training_job": job}))),
+        "rank_dies": ("TrainingRankSilent", {"training_job": job, "rank": str(fault.rank)}, ()),
+    }
+    name, labels, tolerated = simple[kind]
+    return Expectation(fault, (AlertPattern(name, labels),), LIMIT, tolerated, note=KNOWN_GAPS.get(kind, ""))
+
+
+@dataclass
+class DetectionRun:
+    outcomes: list[Outcome]
+    strays: list[Sighting]
+    healthy: list[Sighting]
+    report: str
+
+
+@pytest.fixture(scope="module")
+def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> DetectionRun:
+    faults = list(FAULTS)
+    expectations = [expectation(f) for f in faults]
+    base = port_run(24)
+    faulty = make_cluster(nodes=16, jobs=8, base_port=base, faults=faults)
+    healthy = make_cluster(nodes=4, jobs=2, base_port=base + 16, seed=2)
+    workdir = make_workdir("fleetscope-e2e-")
+    clusters = [SimCluster(faulty, os.path.join(workdir, "faulty")), SimCluster(healthy, os.path.join(workdir, "healthy"))]
+    proms = [Prometheus(os.path.join(workdir, "prom-faulty"), listen=f"127.0.0.1:{base + 20}"),
+             Prometheus(os.path.join(workdir, "prom-healthy"), listen=f"127.0.0.1:{base + 21}")]
+    watchers = [AlertWatcher(p.alerts) for p in proms]
+    started = time.time()
+    try:
+        for cluster in clusters:
+            cluster.build()
+        for cluster in clusters:
+            cluster.start()
+        for cluster, prom in zip(clusters, proms):
+            prom.start(prometheus_config(cluster.spec, [RULES], scrape_interval=5.0))
+        for watcher in watchers:
+            watcher.start()
+        threads = [threading.Thread(target=c.run, args=(RUN_SECONDS,), daemon=True) for c in clusters]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(RUN_SECONDS + 60)
+        for watcher in watchers:
+            watcher.stop()
+        up = proms[0].targets_up()
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+        for prom in proms:
+            prom.stop()
+    assert all(up.values()), f"targets down at the end: {up}"
+    outcomes, strays = evaluate(expectations, list(watchers[0].sightings.values()), clusters[0].started_at)
+    healthy_sightings = list(watchers[1].sightings.values())
+    report = render_report(outcomes, strays, healthy_sightings, {
+        "Fault run": f"{len(faulty.nodes)} nodes (p5.48xlarge and p4d.24xlarge alternating), "
+                     f"{len(faulty.jobs)} jobs of 16 ranks, {len(faults)} faults",
+        "Healthy run": f"{len(healthy.nodes)} nodes, {len(healthy.jobs)} jobs, no faults, same length",
+        "Simulated time": f"{RUN_SECONDS:.0f} s per run; scrape and rule evaluation every 5 s",
+        "Rules": "alerts/fleetscope.e2e.rules.yml (production thresholds, compressed windows)",
+        "Wall time": f"{time.time() - started:.0f} s",
+        "Prometheus": _prometheus_version(prometheus_binary),
+    })
+    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
+    with open(REPORT, "w", encoding="utf-8") as handle:
+        handle.write(report)
+    return DetectionRun(outcomes, strays, healthy_sightings, report)
+
+
+def _prometheus_version(binary: str) -> str:
+    import subprocess
+
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    return out.splitlines()[0] if out else "unknown"
+
+
+def _param(index: int, fault: Fault) -> Any:
+    name = f"{fault.kind}-{int(fault.param('xid'))}" if fault.kind == "xid" else fault.kind
+    marks = [pytest.mark.xfail(reason=KNOWN_GAPS[fault.kind], strict=False)] if fault.kind in KNOWN_GAPS else []
+    return pytest.param(index, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("index", [_param(i, f) for i, f in enumerate(FAULTS)])
+def test_fault_raises_its_alert_with_the_right_labels_in_time(detection_run: DetectionRun, index: int) -> None:
+    outcome = detection_run.outcomes[index]
+    exp = outcome.expectation
+    assert outcome.fired, f"{exp.fault.label()}: {[p.describe() for p in exp.expected]} never fired"
+    assert outcome.labels_right, f"{exp.fault.label()}: fired on other labels too: {[s.labels for s in outcome.wrong_labels]}"
+    assert outcome.detect_seconds is not None and outcome.detect_seconds <= exp.within, \
+        f"{exp.fault.label()}: detected after {outcome.detect_seconds:.0f}s (limit {exp.within:.0f}s)"
+
+
+def test_no_stray_alerts_in_the_fault_run(detection_run: DetectionRun) -> None:
+    gap_jobs = {f.job for f in FAULTS if f.kind in KNOWN_GAPS and f.job}
+    gap_nodes = {f.node for f in FAULTS if f.kind in KNOWN_GAPS and f.node}
+    unexplained = [s.labels for s in detection_run.strays
+                   if s.labels.get("training_job") not in gap_jobs and s.labels.get("instance") not in gap_nodes]
+    assert unexplained == []
+
+
+def test_healthy_run_fires_nothing(detection_run: DetectionRun) -> None:
+    assert [s.labels for s in detection_run.healthy] == []
