@@ -10,6 +10,7 @@ structural checks of what Grafana needs to lay out and query the panels.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 import warnings
 from typing import Any
@@ -125,7 +126,7 @@ def test_every_panel_has_unit_thresholds_and_the_datasource_variable(uid: str) -
         steps = defaults["thresholds"]["steps"]
         assert steps and steps[0]["value"] is None, f"{title}: thresholds need a base step"
         values = [s["value"] for s in steps[1:]]
-        assert all(a < b for a, b in zip(values, values[1:])), f"{title}: threshold steps not strictly rising"
+        assert all(a < b for a, b in itertools.pairwise(values)), f"{title}: threshold steps not strictly rising"
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, title
 
 
