@@ -115,6 +115,19 @@ def test_every_metric_a_dashboard_uses_is_in_the_catalog() -> None:
     assert not unknown, f"metrics not in {source} nor recorded by alerts/: {unknown}"
 
 
+def annotation_exprs() -> list[tuple[str, str]]:
+    return [(uid, mark["expr"]) for uid, data in dashboards.load().items()
+            for mark in data.get("annotations", {}).get("list", []) if "expr" in mark]
+
+
+def test_annotations_parse_and_use_catalog_metrics() -> None:
+    catalog, source = catalog_names()
+    marks = annotation_exprs()
+    assert {uid for uid, _ in marks} >= {"fleetscope-node", "fleetscope-job", "fleetscope-gpu-health"}
+    for uid, expr in marks:
+        assert metric_names(substitute(expr)) <= catalog | PROMETHEUS_BUILTINS, f"{uid}: {expr} ({source})"
+
+
 def test_variable_queries_use_catalog_metrics() -> None:
     catalog, source = catalog_names()
     for uid, data in dashboards.load().items():
@@ -175,7 +188,8 @@ def test_query_parses(query: PanelQuery) -> None:
 def test_prometheus_parser_accepts_every_query(tmp_path: Path) -> None:
     """promtool parses each query with Prometheus's own parser (as recording rules in a throwaway file)."""
     promtool = require_binary("promtool")
-    rules = [{"record": f"dashboard:query_{i}:check", "expr": q.expr} for i, q in enumerate(ALL)]
+    exprs = [q.expr for q in ALL] + [substitute(expr) for _, expr in annotation_exprs()]
+    rules = [{"record": f"dashboard:query_{i}:check", "expr": expr} for i, expr in enumerate(exprs)]
     path = tmp_path / "queries.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard-queries", "rules": rules}]}))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=120, check=False)

@@ -41,3 +41,14 @@ def test_panel_query_returns_data(client, query: PanelQuery) -> None:
     )
     result = body["data"]["result"]
     assert result, f"{query.dashboard} / {query.panel} ({query.ref_id}) returned no data:\n{query.expr}"
+
+
+@pytest.mark.e2e
+def test_annotation_queries_are_accepted(client) -> None:
+    """Annotations mark events (Xids, firing alerts) and may be empty, but Prometheus must accept them."""
+    from fleetscope.dashboards import load, substitute
+
+    for uid, data in load().items():
+        for mark in data.get("annotations", {}).get("list", []):
+            body = client.post("/api/v1/query", data={"query": substitute(mark["expr"])}).json()
+            assert body.get("status") == "success", f"{uid} / {mark['name']}: {body.get('error')}"

@@ -157,6 +157,13 @@ def test_variables(uid: str) -> None:
             assert variable["allValue"] == ".*", variable["name"]
 
 
+@pytest.mark.parametrize("uid", UIDS)
+def test_annotations_query_the_datasource_variable(uid: str) -> None:
+    for mark in COMMITTED[uid].get("annotations", {}).get("list", []):
+        assert mark["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, mark["name"]
+        assert mark["expr"].strip() and mark["titleFormat"] and mark["enable"] is True
+
+
 def test_training_job_variable_lists_jobs_from_the_steps_counter() -> None:
     (variable,) = [v for v in COMMITTED["fleetscope-job"]["templating"]["list"] if v["name"] == "training_job"]
     assert re.fullmatch(r"label_values\(fleetscope_training_steps_total(\{[^}]*\})?, training_job\)", variable["query"])
@@ -168,6 +175,7 @@ def test_queries_only_use_defined_variables(uid: str) -> None:
     defined = {v["name"] for v in data["templating"]["list"]}
     texts = [t["expr"] for p in visual_panels(data) for t in p["targets"]]
     texts += [v["query"] for v in data["templating"]["list"] if v["type"] == "query"]
+    texts += [mark["expr"] for mark in data.get("annotations", {}).get("list", [])]
     for text in texts:
         for braced, bare in re.findall(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", text):
             name = braced or bare

@@ -8,6 +8,7 @@ from fleetscope.dashboards import exprs
 from fleetscope.dashboards.kit import (
     UID_FLEET,
     Q,
+    alerts_annotation,
     bargauge_panel,
     build_dashboard,
     cluster_variable,
@@ -107,4 +108,5 @@ def build() -> Any:
         "Is the fleet healthy, which node and GPU is sick, which job is slow. Click a node or job to drill down.",
         [cluster_variable()],
         [("Fleet", summary), ("Health", health), ("Jobs", jobs)],
+        annotations=[alerts_annotation(C)],
     )

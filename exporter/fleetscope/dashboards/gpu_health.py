@@ -24,6 +24,7 @@ from fleetscope.dashboards.kit import (
     state_timeline_panel,
     table_panel,
     timeseries_panel,
+    xid_annotation,
 )
 from fleetscope.dashboards.node import RECOVERY_ACTIONS
 
@@ -110,4 +111,5 @@ def build() -> Any:
         variables,
         [("Summary", summary), ("GPU inventory", inventory), ("Memory errors", memory), ("Xid events", xids),
          ("Thermal and PCIe", thermal)],
+        annotations=[xid_annotation(HG)],
     )

@@ -8,6 +8,7 @@ from fleetscope.dashboards import exprs
 from fleetscope.dashboards.kit import (
     UID_JOB,
     Q,
+    alerts_annotation,
     bargauge_panel,
     build_dashboard,
     cluster_variable,
@@ -131,4 +132,5 @@ def build() -> Any:
         variables,
         [("Summary", summary), ("Speed", speed), ("Stragglers", stragglers), ("Hang diagnosis", hang),
          ("GPUs of this job", gpus)],
+        annotations=[alerts_annotation(J)],
     )

@@ -252,6 +252,17 @@ def query_variable(name: str, label: str, query: str, *, multi: bool, include_al
     return variable
 
 
+def xid_annotation(matchers: str) -> dashboard.AnnotationQuery:
+    # The timestamp, not the counter: a GPU's first Xid creates its counter, which increase() cannot see.
+    return annotation("Xid events", f"time() - fleetscope_gpu_last_xid_timestamp_seconds{{{matchers}}} < 120",
+                      "Xid on {{instance}} GPU {{gpu}}", "red")
+
+
+def alerts_annotation(matchers: str) -> dashboard.AnnotationQuery:
+    return annotation("Firing alerts", f'ALERTS{{alertstate="firing", {matchers}}}', "{{alertname}} ({{severity}})",
+                      "orange")
+
+
 def cluster_variable() -> dashboard.QueryVariable:
     # Only present when Prometheus adds a `cluster` external/target label; "All" (.*) then matches everything.
     return query_variable("cluster", "Cluster", "label_values(fleetscope_build_info, cluster)",
@@ -261,8 +272,17 @@ def cluster_variable() -> dashboard.QueryVariable:
 # -- dashboards -----------------------------------------------------------------------------------
 
 
+def annotation(name: str, expr: str, title: str, color: str) -> dashboard.AnnotationQuery:
+    """Marks on every time-series panel wherever ``expr`` returns a series (a region while it lasts)."""
+    return (
+        dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(color)
+        .expr(expr).title_format(title).step("60s")
+    )
+
+
 def build_dashboard(uid: str, title: str, description: str, variables: Sequence[Any],
-                    sections: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+                    sections: Sequence[tuple[str, Sequence[Any]]],
+                    annotations: Sequence[dashboard.AnnotationQuery] = ()) -> Any:
     """A dashboard with the common frame: tags, time, refresh, variables, cross links, rows of panels."""
     builder = (
         dashboard.Dashboard(title).uid(uid).description(description).tags([TAG])
@@ -273,6 +293,8 @@ def build_dashboard(uid: str, title: str, description: str, variables: Sequence[
     )
     for variable in variables:
         builder = builder.with_variable(variable)
+    for mark in annotations:
+        builder = builder.annotation(mark)
     for section_title, panels in sections:
         # Panels follow their (expanded) row at top level: Grafana drops panels nested in an open row.
         builder = builder.with_row(row(section_title))

@@ -8,6 +8,7 @@ from fleetscope.dashboards.exprs import SLOWDOWN_REASONS
 from fleetscope.dashboards.kit import (
     UID_NODE,
     Q,
+    alerts_annotation,
     build_dashboard,
     cluster_variable,
     falling,
@@ -20,6 +21,7 @@ from fleetscope.dashboards.kit import (
     stat_panel,
     table_panel,
     timeseries_panel,
+    xid_annotation,
 )
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
@@ -144,4 +146,5 @@ def build() -> Any:
         "One node: per-GPU health and activity, EFA devices, NIC, ENA allowances, TCP, and the ranks it runs.",
         variables,
         [("Summary", summary), ("GPUs", gpus), ("EFA", efa), ("Host network", network), ("Jobs on this node", jobs)],
+        annotations=[xid_annotation(G), alerts_annotation(N)],
     )
