@@ -164,8 +164,9 @@ def configmaps(directory: Path | None = None, namespace: str = "monitoring",
                folder: str | None = "fleetscope") -> list[dict[str, Any]]:
     """One ConfigMap per committed dashboard, labelled for the Grafana dashboard sidecar.
 
-    ``folder`` goes in the ``grafana_folder`` annotation, which kube-prometheus-stack's
-    sidecar can map to a Grafana folder; pass None to leave it out.
+    ``folder`` goes in the ``grafana_folder`` annotation; the Grafana chart's sidecar files the
+    dashboards into that folder when ``sidecar.dashboards.folderAnnotation`` names it (with
+    ``sidecar.dashboards.provider.foldersFromFilesStructure``). Pass None to leave it out.
     """
     directory = directory or default_directory()
     out = []
