@@ -44,9 +44,9 @@ def test_bad_group_paths(path: str) -> None:
 
 
 def test_grouping_labels_override_body_labels() -> None:
-    families = parse_exposition('m{rank="7",other="x"} 1\n', KEY)
+    families = parse_exposition('m{rank="7",other="x",training_job="imposter"} 1\n', KEY)
     (sample,) = families[0].samples
-    assert dict(sample.labels) == {"job": "train", "rank": "0", "other": "x"}
+    assert dict(sample.labels) == {"job": "train", "rank": "0", "other": "x"}  # job is exposed as training_job
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,9 @@ def parse_exposition(text: str, key: GroupKey) -> tuple[PushedFamily, ...]:
             if sample.timestamp is not None:
                 raise GroupError(f"sample {sample.name!r} has a timestamp; pushed samples must not")
             labels = {**sample.labels, **overrides}
+            for name in overrides:  # the grouping label must also win over its exposed name in the body
+                if name in EXPOSED_LABEL:
+                    labels.pop(EXPOSED_LABEL[name], None)
             label_items = tuple(sorted(labels.items()))
             if (sample.name, label_items) in seen:
                 raise GroupError(f"sample {sample.name}{dict(label_items)} appears twice")
