@@ -10,6 +10,7 @@ Prometheus and must stay silent. The run writes docs/detection-report.md.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -154,7 +155,8 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
             cluster.stop()
         for prom in proms:
             prom.stop()
-    assert all(up.values()), f"targets down at the end: {up}"
+    assert all(up.values()), f"targets down at the end: {up}; node logs in {workdir}"
+    shutil.rmtree(workdir, ignore_errors=True)  # the trees live on tmpfs: give the memory back
     outcomes, strays = evaluate(expectations, list(watchers[0].sightings.values()), clusters[0].started_at)
     healthy_sightings = list(watchers[1].sightings.values())
     report = render_report(outcomes, strays, healthy_sightings, {

@@ -84,13 +84,16 @@ def make_cluster(
     step_seconds: float = 2.0,
     **kwargs: Any,
 ) -> ClusterSpec:
-    """``nodes`` nodes named node-00..., profiles alternating, split evenly into ``jobs`` jobs (job-a, job-b...)."""
-    if nodes < 1 or jobs < 1 or jobs > nodes:
-        raise ValueError("need at least one node per job")
+    """``nodes`` nodes named node-00..., profiles alternating, split evenly into ``jobs`` jobs (job-a, job-b...).
+
+    ``jobs=0`` gives idle nodes, for real training processes to push to.
+    """
+    if nodes < 1 or jobs < 0 or jobs > nodes:
+        raise ValueError("need at least one node, and at least one node per job")
     node_specs = tuple(
         NodeSpec(f"node-{i:02d}", profile(profiles[i % len(profiles)]), base_port + i) for i in range(nodes)
     )
-    per_job = nodes // jobs
+    per_job = nodes // max(jobs, 1)
     job_specs = []
     for j in range(jobs):
         members = node_specs[j * per_job:(j + 1) * per_job if j < jobs - 1 else nodes]

@@ -1,0 +1,87 @@
+"""A real ``torch.distributed`` (gloo, CPU) data-parallel job instrumented with :mod:`fleetscope.client`.
+
+Run one process per rank with the usual torchrun environment (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) plus
+``FLEETSCOPE_PUSH_URL`` pointing at the node's daemon::
+
+    python -m fleetscope.sim.gloo_job --seconds 120 [--slow-rank 2 --slowdown 0.2]
+
+Each step times its phases with the client: ``data`` (build a batch),
+``compute`` (forward, backward and optimizer step of a small MLP) and ``comm``
+(all-reduce of the gradients, which includes waiting for slower ranks). The
+slow rank stretches its compute by ``--slowdown`` of what it measured, the way
+a GPU at a lower clock would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+
+def train(seconds: float, slow_rank: int, slowdown: float, width: int, batch: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from fleetscope.client import StepTracker
+
+    torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(),
+        torch.nn.Linear(width, 1),
+    )
+    for param in model.parameters():  # every rank starts from rank 0's weights
+        dist.broadcast(param.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    tracker = StepTracker(pp_stage=0, dp_rank=rank)
+    deadline = time.monotonic() + seconds
+    steps = 0
+    while True:
+        with tracker.step(samples=batch, tokens=batch * width) as step:
+            with tracker.phase("data"):
+                inputs = torch.randn(batch, width)
+                target = inputs.sum(dim=1, keepdim=True) * 0.01
+            with tracker.phase("compute"):
+                started = time.perf_counter()
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(inputs), target)
+                loss.backward()
+                if rank == slow_rank:
+                    time.sleep(slowdown * (time.perf_counter() - started))
+            with tracker.phase("comm"):
+                for param in model.parameters():
+                    dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+                    param.grad /= world
+                # Everyone stops on the same step: any rank past its deadline ends the run.
+                stop = torch.tensor([1.0 if time.monotonic() >= deadline else 0.0])
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+            with tracker.phase("compute"):  # phases add up: the optimizer is the rank's own work too
+                optimizer.step()
+            step.loss = float(loss)
+        steps += 1
+        if stop.item() > 0:
+            break
+    tracker.close()
+    dist.destroy_process_group()
+    return steps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--slow-rank", type=int, default=-1, help="Rank whose compute is stretched (-1: none).")
+    parser.add_argument("--slowdown", type=float, default=0.2, help="Extra compute of the slow rank (0.2 = 20%%).")
+    parser.add_argument("--width", type=int, default=384)
+    parser.add_argument("--batch", type=int, default=256)
+    args = parser.parse_args()
+    steps = train(args.seconds, args.slow_rank, args.slowdown, args.width, args.batch)
+    print(f"rank {os.environ.get('RANK')}: {steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from fleetscope.sim.detection import AlertPattern, AlertWatcher, Expectation, Sighting, evaluate, render_report
+from fleetscope.sim.faults import parse_schedule
+
+T0 = 1_800_000_000.0
+
+
+def _fault(raw):
+    return parse_schedule([raw])[0]
+
+
+def test_pattern_matches_a_label_subset_and_alternatives():
+    pattern = AlertPattern("EnaAllowanceExceeded", {"instance": "node-03", "allowance": ("bw_in", "bw_out")})
+    assert pattern.matches({"alertname": "EnaAllowanceExceeded", "instance": "node-03", "allowance": "bw_in", "x": "y"})
+    assert not pattern.matches({"alertname": "EnaAllowanceExceeded", "instance": "node-03", "allowance": "pps"})
+    assert not pattern.matches({"alertname": "EnaAllowanceExceeded", "instance": "node-04", "allowance": "bw_in"})
+    assert not pattern.matches({"alertname": "Other", "instance": "node-03", "allowance": "bw_in"})
+
+
+def test_evaluate_times_detection_and_separates_wrong_labels_consequences_and_strays():
+    throttle = _fault({"kind": "thermal_throttle", "at": 60, "node": "node-00", "gpu": 3})
+    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-d", "params": {"first_rank": 9}})
+    expectations = [
+        Expectation(throttle, (AlertPattern("GpuThrottled", {"instance": "node-00", "gpu": "3"}),), 120,
+                    tolerated=(AlertPattern("GpuTemperatureNearSlowdown", {"instance": "node-00", "gpu": "3"}),)),
+        Expectation(hang, (AlertPattern("TrainingJobHang", {"training_job": "job-d", "rank": "9"}),), 60),
+    ]
+    sightings = [
+        Sighting({"alertname": "GpuThrottled", "instance": "node-00", "gpu": "3"}, T0 + 150),
+        Sighting({"alertname": "GpuTemperatureNearSlowdown", "instance": "node-00", "gpu": "3"}, T0 + 140),
+        Sighting({"alertname": "TrainingJobHang", "training_job": "job-d", "rank": "9"}, T0 + 200),  # too late
+        Sighting({"alertname": "TrainingJobHang", "training_job": "job-d", "rank": "4"}, T0 + 150),  # wrong rank
+        Sighting({"alertname": "TcpRetransmitRatioHigh", "instance": "node-07"}, T0 + 90),  # nobody's fault
+    ]
+    outcomes, strays = evaluate(expectations, sightings, T0)
+    first, second = outcomes
+    assert first.passed and first.detect_seconds == 90
+    assert second.fired and not second.labels_right and second.detect_seconds == 100 and not second.passed
+    assert [s.labels["rank"] for s in second.wrong_labels] == ["4"]
+    assert sorted(s.labels["alertname"] for s in strays) == ["TcpRetransmitRatioHigh", "TrainingJobHang"]
+    report = render_report(outcomes, strays, [], {"Run": "unit"})
+    assert "| thermal_throttle | node-00, gpu 3 | t+60 s |" in report and "| 90 s | 120 s | pass |" in report
+    assert "| 100 s | 60 s | FAIL |" in report
+    assert "- TcpRetransmitRatioHigh (instance=node-07)" in report
+    assert "**1 of 2 faults detected as intended; 2 stray alert(s) in the fault run; 0 alert(s)" in report
+
+
+def test_an_alert_already_firing_before_the_fault_does_not_count_as_detection():
+    fault = _fault({"kind": "tcp_retransmit_storm", "at": 100, "node": "node-01"})
+    exp = Expectation(fault, (AlertPattern("TcpRetransmitRatioHigh", {"instance": "node-01"}),), 120)
+    outcomes, strays = evaluate([exp], [Sighting({"alertname": "TcpRetransmitRatioHigh", "instance": "node-01"}, T0 + 20)],
+                                T0)
+    assert not outcomes[0].fired and len(strays) == 1
+
+
+def test_watcher_keeps_the_first_firing_time_and_ignores_pending_and_errors():
+    answers = [
+        [{"state": "pending", "labels": {"alertname": "A"}}],
+        RuntimeError("prometheus restarting"),
+        [{"state": "firing", "labels": {"alertname": "A"}}],
+        [{"state": "firing", "labels": {"alertname": "A"}}, {"state": "firing", "labels": {"alertname": "B"}}],
+    ]
+
+    def fetch():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    watcher = AlertWatcher(fetch)
+    watcher.poll()
+    assert watcher.sightings == {}
+    watcher.poll()
+    assert watcher.errors == 1
+    watcher.poll()
+    first_a = watcher.sightings[(("alertname", "A"),)].first_firing
+    watcher.poll()
+    assert watcher.sightings[(("alertname", "A"),)].first_firing == first_a
+    assert set(watcher.sightings) == {(("alertname", "A"),), (("alertname", "B"),)}
