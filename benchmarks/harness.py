@@ -319,8 +319,8 @@ class KeepAliveClient:
             self._conn = None
 
 
-def scrape_headers() -> dict[str, str]:
-    return {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/benchmark"}
+def scrape_headers(accept: str = PROMETHEUS_ACCEPT) -> dict[str, str]:
+    return {"Accept": accept, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/benchmark"}
 
 
 def metrics_text(port: int, path: str = "/metrics") -> str:
@@ -331,9 +331,10 @@ def metrics_text(port: int, path: str = "/metrics") -> str:
     return body.decode("utf-8")
 
 
-def concurrent_scrapes(port: int, clients: int, per_client: int, max_seconds: float,
-                       path: str = "/metrics") -> tuple[list[float], int]:
+def concurrent_scrapes(port: int, clients: int, per_client: int, max_seconds: float, path: str = "/metrics",
+                       headers: dict[str, str] | None = None) -> tuple[list[float], int]:
     """``clients`` threads each scraping back to back; returns (latencies in seconds, errors)."""
+    headers = headers or scrape_headers()
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -348,7 +349,7 @@ def concurrent_scrapes(port: int, clients: int, per_client: int, max_seconds: fl
                     break
                 t0 = time.perf_counter()
                 try:
-                    status, _ = client.request("GET", path, headers=scrape_headers())
+                    status, _ = client.request("GET", path, headers=headers)
                 except OSError:
                     status = 0
                 elapsed = time.perf_counter() - t0

@@ -36,8 +36,10 @@ from benchmarks.harness import (
     push_load,
     pushgateway_service,
     sample_process,
+    scrape_headers,
 )
 
+TEXT_ACCEPT = "text/plain;version=0.0.4"
 ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
 NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
 
@@ -57,13 +59,15 @@ class Settings:
     push_seconds: float = 5.0  # per push workload
     ingest_batch: int = 256  # the client's batch size (StepTracker(batch_size=256))
     client_calls: int = 20_000
+    client_bursts: int = 20
     node_exporter: str | None = "/usr/bin/prometheus-node-exporter"
     pushgateway: str | None = "/usr/bin/prometheus-pushgateway"
 
     @classmethod
     def quick(cls, workdir: str) -> Settings:
         return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, latency_scrapes=10, cycle_interval=0.5,
-                   compare_seconds=3.0, compare_interval=0.5, push_seconds=0.5, client_calls=500)
+                   compare_seconds=3.0, compare_interval=0.5, push_seconds=0.5, client_calls=500,
+                   client_bursts=3)
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -167,6 +171,7 @@ class NodeResults:
     largest_metrics: list[tuple[str, int]]
     ingest: PushOutcome
     exposition_bytes: int
+    text_latencies: list[float] = field(default_factory=list)  # same test, Accept: text/plain 0.0.4 only
 
 
 def _cycle_collector(samples: dict[str, dict[float, float]]) -> Any:
@@ -222,11 +227,15 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
             for scraper in scrapers:
                 scraper.stop()
 
+            # Only the p5 node keeps its ranks pushing: the other variants would compete for the cores.
+            pushes = [fleet.stop() for fleet in fleets[1:]]
             base = daemons[0]
-            log(f"  /metrics latency: 2 clients x {settings.latency_scrapes} scrapes")
+            log(f"  /metrics latency: 2 clients x {settings.latency_scrapes} scrapes, OpenMetrics then text")
             latencies, latency_errors = concurrent_scrapes(base.port, 2, settings.latency_scrapes, max_seconds=120)
+            text_latencies, text_errors = concurrent_scrapes(
+                base.port, 2, settings.latency_scrapes, max_seconds=120, headers=scrape_headers(TEXT_ACCEPT))
             text = metrics_text(base.port)
-            pushes = [fleet.stop() for fleet in fleets]
+            pushes.insert(0, fleets[0].stop())
             log("  ingest: 8 ranks, batched")
             ingest = push_load(base.port, 8, "post", settings.ingest_batch, 100_000, settings.push_seconds,
                                job="ingest")
@@ -254,8 +263,8 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
         collector = owner_of(name, owners)
         series[collector] = series.get(collector, 0) + count
     largest = sorted(per_metric.items(), key=lambda item: -item[1])[:10]
-    return NodeResults(variants, cycles, latencies, latency_errors, series, sum(per_metric.values()), largest,
-                       ingest, len(text.encode()))
+    return NodeResults(variants, cycles, latencies, latency_errors + text_errors, series, sum(per_metric.values()),
+                       largest, ingest, len(text.encode()), text_latencies)
 
 
 # -- 5a: network collectors side by side --------------------------------------------------------
@@ -358,8 +367,10 @@ class PushRow:
 
 @dataclass
 class ClientCost:
-    report_us: float  # tracker.report(...) per call
-    step_us: float  # `with tracker.step(): with tracker.phase(...)` x3 per step
+    report_us: float  # tracker.report(...) per call, sender idle (the training-loop regime)
+    step_us: float  # `with tracker.step(): with tracker.phase(...)` x3 per step, sender idle
+    report_busy_us: float  # tracker.report in a tight loop, the sender thread posting alongside
+    step_busy_us: float
     calls: int
     sent: int
     dropped: int
@@ -387,37 +398,56 @@ def _timed_push(service: Service, server: str, workload: str, mode: str, batch: 
     return PushRow(server, workload, outcome, s1.cpu_seconds - s0.cpu_seconds)
 
 
-def measure_client(port: int, calls: int, repeats: int = 5) -> ClientCost:
-    """Cost in the training thread: median over ``repeats`` runs of ``calls`` calls each."""
+def _report(tracker: Any) -> None:
+    tracker.report(0.5, data_seconds=0.01, compute_seconds=0.4, comm_seconds=0.09, tokens=32768, samples=8, loss=2.5)
+
+
+def _timed_step(tracker: Any) -> None:
+    with tracker.step(tokens=32768) as step:
+        with tracker.phase("data"):
+            pass
+        with tracker.phase("compute"):
+            pass
+        with tracker.phase("comm"):
+            pass
+        step.loss = 2.5
+
+
+def _per_call(call: Any, tracker: Any, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call(tracker)
+    return (time.perf_counter() - t0) / calls
+
+
+def measure_client(port: int, calls: int, bursts: int = 20) -> ClientCost:
+    """Cost in the training thread, in two regimes.
+
+    Idle sender: bursts of 200 calls (below the 256-record batch, so the sender is not woken),
+    with pauses between bursts for the sender to flush: a real loop's steps are far apart.
+    Busy sender: ``calls`` calls back to back, the sender posting full batches alongside.
+    Each figure is the median over bursts/repeats.
+    """
     from fleetscope.client import StepTracker
 
     tracker = StepTracker(job="client-cost", rank=0, local_rank=0, world_size=1, gpu=0,
                           url=f"http://127.0.0.1:{port}", environ={})
     try:
-        report_runs = []
-        step_runs = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                tracker.report(0.5, data_seconds=0.01, compute_seconds=0.4, comm_seconds=0.09, tokens=32768,
-                               samples=8, loss=2.5)
-            report_runs.append((time.perf_counter() - t0) / calls)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                with tracker.step(tokens=32768) as step:
-                    with tracker.phase("data"):
-                        pass
-                    with tracker.phase("compute"):
-                        pass
-                    with tracker.phase("comm"):
-                        pass
-                    step.loss = 2.5
-            step_runs.append((time.perf_counter() - t0) / calls)
+        idle: dict[str, list[float]] = {"report": [], "step": []}
+        for _ in range(bursts):
+            for name, call in (("report", _report), ("step", _timed_step)):
+                idle[name].append(_per_call(call, tracker, 100))
+                time.sleep(0.15)
+        busy_report = [_per_call(_report, tracker, calls) for _ in range(3)]
+        busy_step = [_per_call(_timed_step, tracker, calls) for _ in range(3)]
     finally:
         tracker.close(timeout=5.0)
     stats = tracker.stats()
-    return ClientCost(1e6 * statistics.median(report_runs), 1e6 * statistics.median(step_runs),
-                      calls * repeats * 2, stats.sent, stats.dropped)
+    return ClientCost(
+        1e6 * statistics.median(idle["report"]), 1e6 * statistics.median(idle["step"]),
+        1e6 * statistics.median(busy_report), 1e6 * statistics.median(busy_step),
+        bursts * 200 + calls * 6, stats.sent, stats.dropped,
+    )
 
 
 def measure_push(settings: Settings, log: Any = print) -> PushResults:
@@ -442,7 +472,7 @@ def measure_push(settings: Settings, log: Any = print) -> PushResults:
         rows.append(_timed_push(daemon, "fleetscope", f"POST batched ({settings.ingest_batch})", "post",
                                 settings.ingest_batch, settings, "fs-batch"))
         log("  client cost per step")
-        client = measure_client(daemon.port, settings.client_calls)
+        client = measure_client(daemon.port, settings.client_calls, settings.client_bursts)
     note = "" if gateway else "Pushgateway binary not found: side by side skipped"
     return PushResults(rows, client, note=note)
 
@@ -456,17 +486,24 @@ class ProfileResult:
     calls: int
     seconds_per_call: float
     top: list[tuple[str, int, float, float]]  # function, calls, tottime s, cumtime s (per profiled call)
+    cpu_seconds_per_call: float = math.nan  # thread CPU time, median
 
 
 def _profile(title: str, work: Any, calls: int, top: int = 10) -> ProfileResult:
     work()  # warm caches and lazy imports
+    plain = []
+    cpu = []
+    for _ in range(calls):  # timed without the profiler, which roughly doubles Python-heavy code
+        t0, c0 = time.perf_counter(), time.thread_time()
+        work()
+        cpu.append(time.thread_time() - c0)  # this thread's CPU: unaffected by other processes' load
+        plain.append(time.perf_counter() - t0)
     profiler = cProfile.Profile()
-    t0 = time.perf_counter()
     profiler.enable()
     for _ in range(calls):
         work()
     profiler.disable()
-    elapsed = (time.perf_counter() - t0) / calls
+    elapsed = statistics.median(plain)
     stats = pstats.Stats(profiler, stream=io.StringIO())
     rows = []
     for (filename, line, func), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
@@ -477,7 +514,7 @@ def _profile(title: str, work: Any, calls: int, top: int = 10) -> ProfileResult:
                 break
         rows.append((f"{where}:{line}({func})", ncalls // calls, tottime / calls, cumtime / calls))
     rows.sort(key=lambda row: -row[2])
-    return ProfileResult(title, calls, elapsed, rows[:top])
+    return ProfileResult(title, calls, elapsed, rows[:top], statistics.median(cpu))
 
 
 def measure_profiles(settings: Settings, calls: int, log: Any = print) -> list[ProfileResult]:
@@ -512,7 +549,7 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> list[P
         if isinstance(runner, CollectorRunner):
             runner.run_once()
             results.append(_profile(f"collector {runner.name}: one collection", runner.collector.collect,
-                                    max(1, calls // 10), top=6))
+                                    max(3, calls // 3), top=6))
     registry = make_registry(engine)
     results.insert(0, _profile("/metrics body, OpenMetrics (what Prometheus negotiates) + gzip",
                                lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls))
@@ -531,6 +568,17 @@ class Environment:
     cores: int
     cores_usable: int
     versions: dict[str, str] = field(default_factory=dict)
+    load_before: str = ""
+    load_after: str = ""
+
+
+def load_average() -> str:
+    """1, 5 and 15 minute load averages: how busy the machine was besides this suite."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as handle:
+            return " / ".join(handle.read().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def environment(settings: Settings) -> Environment:
@@ -549,12 +597,12 @@ def environment(settings: Settings) -> Environment:
     except OSError:
         pass
     versions = {"python": platform.python_version()}
-    for package in ("fleetscope", "prometheus_client", "fastapi", "uvicorn", "pydantic"):
+    for package in ("fleetscope", "prometheus_client", "fastapi", "uvicorn", "pydantic", "uvloop", "httptools"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
     versions["node_exporter"] = binary_version(settings.node_exporter) if settings.node_exporter else "not installed"
     versions["pushgateway"] = binary_version(settings.pushgateway) if settings.pushgateway else "not installed"
-    return Environment(model, os.cpu_count() or 0, len(os.sched_getaffinity(0)), versions)
+    return Environment(model, os.cpu_count() or 0, len(os.sched_getaffinity(0)), versions, load_average())
 

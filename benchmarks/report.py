@@ -78,7 +78,8 @@ def targets(node: NodeResults, push: PushResults) -> list[Target]:
                True, pct),
         Target("daemon peak RSS (VmHWM)", "< 80 MiB", base.peak_rss_bytes, 80 * MIB, True, mib),
         Target("`/metrics` p99, two concurrent scrapers", "< 25 ms", percentile(node.latencies, 99), 0.025, True, ms),
-        Target("client cost per step (`tracker.report`)", "< 5 µs", push.client.report_us, 5.0, True, us),
+        Target("client cost per step in the training thread (`tracker.report`)", "< 5 µs", push.client.report_us,
+               5.0, True, us),
         Target("ingest, 8 ranks, batched as the client does", "> 20,000 records/s",
                node.ingest.records_per_second, 20_000, False, lambda v: f"{rate(v)} records/s"),
         Target("series per node", "< 2,500", node.series_total, 2500, True, lambda v: f"{v:,.0f}"),
@@ -99,10 +100,83 @@ def kubernetes_resources(node: NodeResults) -> dict[str, str]:
             "memory_request": f"{mem_request_mib}Mi", "memory_limit": f"{mem_limit_mib}Mi"}
 
 
+def cpu_budget(settings: Settings, node: NodeResults, push: PushResults,
+               profiles: list[ProfileResult]) -> list[tuple[str, str, str, float]]:
+    """(part, cost, frequency, share of one core) for the p5 daemon at production settings."""
+    from fleetscope.collectors import REGISTRY
+
+    rows: list[tuple[str, str, str, float]] = []
+    for prof in profiles:
+        if not prof.title.startswith("collector "):
+            continue
+        name = prof.title.split()[1].rstrip(":")
+        entry = REGISTRY.get(name)
+        if entry is None or entry.live:
+            continue
+        rows.append((f"`{name}` collection", ms(prof.cpu_seconds_per_call), f"every {entry.default_interval:g} s",
+                     prof.cpu_seconds_per_call / entry.default_interval))
+    render = next((p for p in profiles if p.title.startswith("/metrics body, OpenMetrics")), None)
+    if render is not None:
+        rows.append(("`/metrics` render (OpenMetrics + gzip)", ms(render.cpu_seconds_per_call),
+                     f"every {settings.scrape_interval:g} s", render.cpu_seconds_per_call / settings.scrape_interval))
+    post = push.row("fleetscope", "POST per record")
+    ranks = node.variants[0].shape.ranks
+    if post is not None:
+        per_request = post.server_cpu_seconds / max(1, post.outcome.requests)
+        rows.append(("push request (one rank's batch)", us(per_request * 1e6), f"{ranks} per second (1 per rank)",
+                     per_request * ranks))
+    return rows
+
+
 def _side_row(side: ScrapeSide) -> str:
     return (f"| {side.name} | {side.scrapes} | {ms(side.median_seconds)} | {ms(side.p99_seconds)} | "
             f"{side.cpu_seconds_per_scrape * 1000:.2f} ms | {pct(side.cpu_share)} | {mib(side.peak_rss_bytes)} | "
             f"{side.network_series} | {side.series} | {us(side.cpu_us_per_series)} |")
+
+
+def add_misses(add: Callable[[str], None], settings: Settings, node: NodeResults, push: PushResults,
+               profiles: list[ProfileResult]) -> None:
+    """One paragraph per missed target: by how much, and where the time goes."""
+    missed = [t for t in targets(node, push) if not t.met]
+    if not missed:
+        return
+    add("Where targets are missed:")
+    add("")
+    render_om = next((p for p in profiles if p.title.startswith("/metrics body, OpenMetrics")), None)
+    render_text = next((p for p in profiles if p.title.startswith("/metrics body, text")), None)
+    for target in missed:
+        if target.what.startswith("`/metrics` p99") and render_om and render_text:
+            efa = next((c for c in node.cycles if c.collector == "efa"), None)
+            add(f"* **`/metrics` p99**: {target.unit(target.measured)} against {target.goal}. Rendering is "
+                f"pure-Python work in prometheus_client: {ms(render_om.cpu_seconds_per_call)} of CPU for OpenMetrics "
+                f"+ gzip (what Prometheus asks for first) and {ms(render_text.cpu_seconds_per_call)} for the text "
+                "format, "
+                f"per render on one thread; two concurrent scrapes share one GIL, so each takes about twice that, "
+                f"and a background collection running at the same time adds its own Python time"
+                + (f" (an EFA cycle takes up to {ms(efa.max_seconds)})" if efa else "") + ". In the OpenMetrics "
+                "encoder, `_escape` and the per-character label-name check dominate (profile below). Asking for "
+                f"the text format gives p99 {ms(percentile(node.text_latencies, 99))}. Fixes, in the HTTP layer: "
+                "answer with the text format even when OpenMetrics is offered, and keep each background "
+                "collector's rendered text with its reading (it changes once per interval, not per scrape), "
+                "rendering only the live `steps` families per scrape.")
+        elif target.what.startswith("series"):
+            over = node.series_total - 2500
+            top = ", ".join(f"`{name}` ({count})" for name, count in node.largest_metrics[:5])
+            add(f"* **series**: {node.series_total:,}, {over:,} over the goal. The largest families: {top}. "
+                "Per-link NVLink error counters (links x 3 error kinds per GPU) and per-verb EFA error counters "
+                "are most of it; the EFA lifespan gauges are configuration, not telemetry.")
+        elif target.what.startswith("daemon CPU"):
+            add(f"* **daemon CPU**: {pct(target.measured)} of one core; see the CPU budget in section 2 for the "
+                "split between collections, scrapes and pushes.")
+        elif target.what.startswith("client"):
+            add(f"* **client**: {us(push.client.report_us)} per `report` with the sender idle, "
+                f"{us(push.client.report_busy_us)} with the sender busy in the same process (GIL); the call "
+                "builds a dict and appends it to a locked deque.")
+        elif target.what.startswith("ingest"):
+            add(f"* **ingest**: {target.unit(target.measured)}; see section 5 for the per-request cost.")
+        elif target.what.startswith("daemon peak RSS"):
+            add(f"* **peak RSS**: {mib(target.measured)}; the variants in section 2 show what it grows with.")
+    add("")
 
 
 def render(settings: Settings, env: Environment, date: str, node: NodeResults, net: NetCompare,
@@ -120,6 +194,8 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     add("## Machine and versions")
     add("")
     add(f"* CPU: {env.cpu_model}, {env.cores} cores ({env.cores_usable} usable by this run)")
+    add(f"* Load average (1/5/15 min) before the run: {env.load_before}; after: {env.load_after} "
+        "(anything well above the suite's own load means other work shared the cores, and latencies suffer)")
     add("* " + ", ".join(f"{name} {version}" for name, version in env.versions.items()))
     add("")
 
@@ -156,6 +232,7 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     for target in targets(node, push):
         add(f"| {target.what} | {target.goal} | {target.unit(target.measured)} | {target.verdict} |")
     add("")
+    add_misses(add, settings, node, push, profiles)
 
     add("## 1. `/metrics` latency and collection cycles")
     add("")
@@ -164,11 +241,15 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
         f"two Prometheus-like clients (OpenMetrics Accept header, gzip, keep-alive) scraping back to back, "
         f"{settings.latency_scrapes} scrapes each. Latency is request sent to body received.")
     add("")
-    add("| scrapes | errors | median | p90 | p99 | max | body (text, uncompressed) |")
-    add("|---|---|---|---|---|---|---|")
-    lat = node.latencies
-    add(f"| {len(lat)} | {node.latency_errors} | {ms(percentile(lat, 50))} | {ms(percentile(lat, 90))} | "
-        f"{ms(percentile(lat, 99))} | {ms(max(lat) if lat else math.nan)} | {node.exposition_bytes / 1024:.0f} KiB |")
+    add("| format asked for | scrapes | median | p90 | p99 | max |")
+    add("|---|---|---|---|---|---|")
+    for label, lat in (("OpenMetrics first (Prometheus's Accept header)", node.latencies),
+                       ("text 0.0.4 only", node.text_latencies)):
+        add(f"| {label} | {len(lat)} | {ms(percentile(lat, 50))} | {ms(percentile(lat, 90))} | "
+            f"{ms(percentile(lat, 99))} | {ms(max(lat) if lat else math.nan)} |")
+    add("")
+    add(f"Errors: {node.latency_errors}. Body: {node.exposition_bytes / 1024:.0f} KiB in the text format, "
+        "uncompressed.")
     add("")
     add(f"Time per collection cycle, from `fleetscope_collector_duration_seconds` on a second p5 daemon collecting "
         f"every {settings.cycle_interval:g} s during the sustained run (one sample per cycle, keyed by "
@@ -208,21 +289,38 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
                       f"peak RSS {ratio(big.peak_rss_bytes, base.peak_rss_bytes)}")
     add("Growth: " + "; ".join(growth) + ".")
     add("")
+    add("Where the p5 daemon's CPU goes, estimated from the other sections' figures (each part's CPU cost, from "
+        "the in-process timings under *Where the time goes* and the push endpoint's CPU per request in section 5, "
+        "times how often it runs), against the measured total; the rest is the runtime itself (event loop, "
+        "threads waking, HTTP handling of scrapes):")
+    add("")
+    add("| part | cost | how often | share of one core |")
+    add("|---|---|---|---|")
+    budget = cpu_budget(settings, node, push, profiles)
+    for part, cost, often, share in budget:
+        add(f"| {part} | {cost} | {often} | {pct(share)} |")
+    add(f"| **sum of parts** | | | {pct(sum(row[3] for row in budget))} |")
+    add(f"| **measured** | | | {pct(base.cpu_share)} |")
+    add("")
 
     add("## 3. Push path")
     add("")
     c = push.client
-    add(f"Client cost in the training thread (`fleetscope.client.StepTracker`, a live daemon receiving; median of 5 "
-        f"runs, {c.calls:,} calls in all, the sender thread running alongside):")
+    add(f"Client cost in the training thread (`fleetscope.client.StepTracker` pushing to a live daemon, "
+        f"{c.calls:,} calls in all). *Training loop*: bursts of 100 calls with pauses between them, so the "
+        "sender thread is idle while the loop runs, as it is when steps are milliseconds to seconds apart "
+        "(median over bursts). *Tight loop*: calls back to back, the sender thread encoding and posting full "
+        "batches alongside and competing for the GIL (median of 3 runs).")
     add("")
-    add("| call | cost per step |")
-    add("|---|---|")
+    add("| call | training loop | tight loop |")
+    add("|---|---|---|")
     add(f"| `tracker.report(step_seconds, data_seconds=..., compute_seconds=..., comm_seconds=..., tokens=..., "
-        f"samples=..., loss=...)` | {us(c.report_us)} |")
-    add(f"| `with tracker.step(): ` + three `with tracker.phase(...)` + loss | {us(c.step_us)} |")
+        f"samples=..., loss=...)` | {us(c.report_us)} | {us(c.report_busy_us)} |")
+    add(f"| `with tracker.step():` + three `with tracker.phase(...)` + loss | {us(c.step_us)} | "
+        f"{us(c.step_busy_us)} |")
     add("")
-    add(f"Records delivered by that tracker: {c.sent:,}; dropped by its bounded buffer (tight loop outruns "
-        f"delivery by design): {c.dropped:,}.")
+    add(f"Records delivered by that tracker: {c.sent:,}; dropped by its bounded buffer when the tight loop "
+        f"outran delivery (by design: the loop never waits): {c.dropped:,}.")
     add("")
     ing = node.ingest
     add(f"Ingest on the full p5 daemon (all collectors running): 8 concurrent ranks, each posting batches of "
@@ -290,7 +388,8 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
         "(per call; top functions by own time):")
     add("")
     for prof in profiles:
-        add(f"**{prof.title}**: {ms(prof.seconds_per_call)} per call under the profiler ({prof.calls} calls).")
+        add(f"**{prof.title}**: {ms(prof.seconds_per_call)} wall, {ms(prof.cpu_seconds_per_call)} CPU per call "
+            f"(medians of {prof.calls} calls without the profiler).")
         add("")
         add("| function | calls | own time | cumulative |")
         add("|---|---|---|---|")

@@ -41,7 +41,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="fleetscope-bench-")
+    # Trees on tmpfs when there is one: sysfs is in memory too, so no disk I/O is measured.
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    workdir = args.workdir or tempfile.mkdtemp(prefix="fleetscope-bench-", dir=scratch)
     os.makedirs(workdir, exist_ok=True)
     base = measure.Settings.quick(workdir) if args.quick else measure.Settings(workdir)
     overrides: dict[str, object] = {
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         push = measure.measure_push(settings, log=_log)
         print("[4/4] profiles", flush=True)
         profiles = measure.measure_profiles(settings, calls=5 if args.quick else 30, log=_log)
+        env.load_after = measure.load_average()
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
