@@ -194,3 +194,28 @@ def test_exposition_is_valid_in_both_formats() -> None:
     assert families["fleetscope_training_steps"].type == "counter"
     assert families["c"].type == "counter"
     assert len(families["fleetscope_training_steps"].samples) == 3
+
+
+def test_a_full_client_python_push_stays_valid_openmetrics() -> None:
+    from prometheus_client import Counter, Enum, Gauge, Histogram, Info, Summary
+
+    pushed = CollectorRegistry()
+    Counter("examples", "Examples.", ["split"], registry=pushed).labels("train").inc(5)
+    Histogram("latency_seconds", "Latency.", registry=pushed).observe(0.3)
+    Summary("batch_seconds", "Batch.", registry=pushed).observe(2)
+    Info("build", "Build.", registry=pushed).info({"version": "1"})
+    Enum("phase", "Phase.", states=["train", "eval"], registry=pushed)
+    Gauge("lr", "Learning rate.", registry=pushed).set(0.001)
+    collector, _ = make()
+    key = (("job", "nightly"),)
+    collector.groups.push(key, parse_exposition(generate_latest(pushed).decode(), key), True)
+    other = (("job", "other"),)  # a second group's gauge clashing with the first group's counter
+    collector.groups.push(other, parse_exposition("examples_created 1\n", other), True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)  # type: ignore[arg-type]
+    families = {f.name: f for f in parse_openmetrics(generate_openmetrics(registry).decode())}
+    assert families["examples"].type == "counter"
+    assert families["latency_seconds"].type == "histogram"
+    assert families["batch_seconds"].type == "summary"
+    assert "lr" in families and "build_info" in families and "phase" in families
+    assert "examples_created" not in families

@@ -14,7 +14,7 @@ from prometheus_client.core import Metric
 
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
-from fleetscope.push.gateway import GroupStore, GroupView
+from fleetscope.push.gateway import GroupStore, GroupView, owned_names
 from fleetscope.push.store import DURATIONS, RankView, StepStore, StoreView
 from fleetscope.push.tables import PUSH_TABLE, STEPS_TABLE
 
@@ -61,8 +61,13 @@ def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_ex
 def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
     """Pushed families merged by name across groups, plus each group's last push time."""
     merged: dict[str, Metric] = {}
+    # A family clashing with another group's (e.g. a gauge x_created beside a counter x) is left out:
+    # one clash would make the whole OpenMetrics exposition unparsable.
+    owned = set().union(*(owned_names(f.name, f.type) for g in groups for f in g.families))
     for group in groups:
         for family in group.families:
+            if family.name in owned:
+                continue
             metric = merged.get(family.name)
             if metric is None:
                 metric = merged[family.name] = Metric(family.name, family.help, family.type)

@@ -34,6 +34,21 @@ GroupKey = tuple[tuple[str, str], ...]  # (("job", "train"), ("instance", "x")),
 EXPOSED_LABEL = {"job": "training_job"}
 
 
+# Sample names a family of each type owns in OpenMetrics; another family by such a name makes the
+# whole exposition unparsable (client_python's text format pushes counters' `_created` as gauges).
+OWNED_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created", "_gcount", "_gsum"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "summary": ("_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+
+
+def owned_names(name: str, kind: str) -> set[str]:
+    return {name + suffix for suffix in OWNED_SUFFIXES.get(kind, ())}
+
+
 class GroupError(ValueError):
     """A push the Pushgateway would refuse (HTTP 400), with the reason."""
 
@@ -135,7 +150,8 @@ def parse_exposition(text: str, key: GroupKey) -> tuple[PushedFamily, ...]:
             # A text-0.0.4 counter without _total cannot be re-exposed as an OpenMetrics counter.
             kind = "unknown"
         families[family.name] = PushedFamily(family.name, kind, family.documentation, tuple(samples))
-    return tuple(families.values())
+    owned = set().union(*(owned_names(f.name, f.type) for f in families.values()))
+    return tuple(f for f in families.values() if f.name not in owned)
 
 
 class GroupStore:
