@@ -13,13 +13,21 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from fleetscope.sim.cluster import SimCluster, make_cluster
-from fleetscope.sim.detection import AlertPattern, AlertWatcher, Expectation, Outcome, Sighting, evaluate, render_report
+from fleetscope.sim.detection import (
+    AlertPattern,
+    AlertWatcher,
+    Expectation,
+    Outcome,
+    Sighting,
+    evaluate,
+    render_report,
+)
 from fleetscope.sim.faults import Fault, parse_schedule
 from fleetscope.sim.prom import Prometheus, prometheus_config
 from fleetscope.sim.tree import make_workdir
@@ -177,7 +185,7 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
 def _prometheus_version(binary: str) -> str:
     import subprocess
 
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     return out.splitlines()[0] if out else "unknown"
 
 

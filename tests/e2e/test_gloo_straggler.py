@@ -13,10 +13,9 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
-
 from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.detection import AlertWatcher
 from fleetscope.sim.prom import Prometheus, prometheus_config
@@ -43,12 +42,12 @@ def _launch_job(job: str, cluster: SimCluster, master_port: int, slow_rank: int,
             "MASTER_PORT": str(master_port), "FLEETSCOPE_PUSH_URL": cluster.url(node), "FLEETSCOPE_JOB": job,
             "OMP_NUM_THREADS": "1",
         })
-        log = open(os.path.join(logdir, f"{job}-rank{rank}.log"), "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "fleetscope.sim.gloo_job", "--seconds", str(TRAIN_SECONDS),
-             "--slow-rank", str(slow_rank), "--slowdown", "0.2"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        ))
+        with open(os.path.join(logdir, f"{job}-rank{rank}.log"), "wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "fleetscope.sim.gloo_job", "--seconds", str(TRAIN_SECONDS),
+                 "--slow-rank", str(slow_rank), "--slowdown", "0.2"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            ))
     return procs
 
 

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from fleetscope.sim.tree import make_workdir
 
 

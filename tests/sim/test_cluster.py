@@ -7,10 +7,9 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.faults import parse_schedule
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def _free_base_port(count: int) -> int:

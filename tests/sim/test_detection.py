@@ -1,6 +1,13 @@
 from __future__ import annotations
 
-from fleetscope.sim.detection import AlertPattern, AlertWatcher, Expectation, Sighting, evaluate, render_report
+from fleetscope.sim.detection import (
+    AlertPattern,
+    AlertWatcher,
+    Expectation,
+    Sighting,
+    evaluate,
+    render_report,
+)
 from fleetscope.sim.faults import parse_schedule
 
 T0 = 1_800_000_000.0

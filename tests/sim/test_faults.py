@@ -4,7 +4,6 @@ import math
 
 import pytest
 import yaml
-
 from fleetscope.sim.cluster import make_cluster
 from fleetscope.sim.faults import KINDS, ScheduleError, load_schedule, parse_schedule
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 from fleetscope.sim.faults import parse_schedule
 from fleetscope.sim.node import Load, NodeModel
@@ -94,14 +95,14 @@ def test_gpu_faults_reach_the_gpu_state_file_and_the_kernel_log(scratch):
         {"kind": "row_remap_pending", "at": 0, "node": "node-00", "gpu": 7},
     ])
     _run(model, writer, 20, faults)
-    state = json.loads(open(writer.paths.gpu_state).read())["gpus"]
+    state = json.loads(pathlib.Path(writer.paths.gpu_state).read_text())["gpus"]
     assert state[1]["sm_clock_mhz"] < 0.7 * P5.gpu.sm_clock_max_mhz and "hw_thermal" in state[1]["throttle"]
     assert state[1]["temperature_c"] > 80 and state[0]["temperature_c"] < 75
     assert state[1]["throttle_seconds"]["hw_thermal"] >= 19
     assert "hw_slowdown" in state[2]["throttle"] and state[0]["throttle"] == []
     assert state[4]["lost"] and state[4]["xids"] == [79] and state[5]["xids"] == [48] and state[3]["xids"] == []
     assert state[6]["ecc_uncorrected"] == 2 and state[7]["remap_pending"] and not state[0]["remap_pending"]
-    kmsg = open(writer.paths.kmsg).read().splitlines()
+    kmsg = pathlib.Path(writer.paths.kmsg).read_text().splitlines()
     assert len(kmsg) == 2  # each Xid is logged once, not every tick
     assert kmsg[0].endswith("NVRM: Xid (PCI:0000:97:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
     assert "NVRM: Xid (PCI:0000:a8:00): 48," in kmsg[1]
@@ -118,8 +119,9 @@ def test_network_faults_on_the_nic_and_tcp(scratch):
     _run(model, writer, 10, faults, start=10)
     ratio_quiet = quiet[0] / quiet[1]
     ratio_storm = (model.tcp["RetransSegs"] - quiet[0]) / (model.tcp["OutSegs"] - quiet[1])
-    assert ratio_quiet < 0.005 < 0.05 < ratio_storm
-    ena = json.loads(open(writer.paths.ena_stats).read())["ens32"]
+    assert ratio_quiet < 0.005
+    assert ratio_storm > 0.05
+    ena = json.loads(pathlib.Path(writer.paths.ena_stats).read_text())["ens32"]
     assert ena["pps_allowance_exceeded"] > 5000 and ena["bw_out_allowance_exceeded"] == 0
 
 

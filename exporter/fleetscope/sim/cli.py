@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -74,7 +75,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             pass
     finally:
         cluster.stop()
+        _remove_scratch(args, workdir)
     return 0
+
+
+def _remove_scratch(args: argparse.Namespace, workdir: str) -> None:
+    """Delete a work directory this command made itself (it lives on tmpfs: memory)."""
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def default_rules(compressed: bool) -> str | None:
@@ -120,6 +128,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         prometheus.stop()
         if alertmanager is not None:
             alertmanager.stop()
+        _remove_scratch(args, workdir)
     return 0
 
 
@@ -138,7 +147,8 @@ def _banner(spec: Any, cluster: Any, prometheus: Any, alertmanager: Any, rules: 
     lines.append("  faults:")
     for fault in spec.faults:
         lines.append(f"    t+{fault.at:>4.0f}s  {fault.label()}")
-    lines += ["", f"  files: {workdir}", "  Ctrl-C stops everything.", ""]
+    lines += ["", f"  files: {workdir} (node trees and logs; removed on exit unless --workdir was given)",
+              "  Ctrl-C stops everything.", ""]
     return "\n".join(lines)
 
 

@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fleetscope.sim.faults import Fault
 from fleetscope.sim.node import Load, NodeModel

@@ -18,8 +18,9 @@ A schedule is YAML (or the same structure built in Python)::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from fleetscope.config import parse_seconds
 
@@ -105,6 +106,8 @@ class Fault:
             where.append(self.device)
         if self.rank is not None:
             where.append(f"rank {self.rank}")
+        if self.kind == "xid":
+            where.append(f"xid {int(self.param('xid'))}")
         return f"{self.kind} ({', '.join(where)})"
 
 

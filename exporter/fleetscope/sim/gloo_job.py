@@ -54,8 +54,10 @@ def train(seconds: float, slow_rank: int, slowdown: float, width: int, batch: in
                     time.sleep(slowdown * (time.perf_counter() - started))
             with tracker.phase("comm"):
                 for param in model.parameters():
-                    dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-                    param.grad /= world
+                    grad = param.grad
+                    if grad is not None:
+                        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+                        grad.div_(world)
                 # Everyone stops on the same step: any rank past its deadline ends the run.
                 stop = torch.tensor([1.0 if time.monotonic() >= deadline else 0.0])
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX)

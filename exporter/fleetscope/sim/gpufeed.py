@@ -80,9 +80,9 @@ class GpuFeed:
             gpu = self.fake.gpu(g["index"])
             busy = g["utilization"]
             gpu.set(
-                utilization_gpu=int(round(busy * 100)), utilization_memory=int(round(g["memory_utilization"] * 100)),
-                memory_used=g["memory_used_bytes"], temperature=int(round(g["temperature_c"])),
-                memory_temperature=int(round(g["memory_temperature_c"])), power_mw=int(g["power_w"] * 1000),
+                utilization_gpu=round(busy * 100), utilization_memory=round(g["memory_utilization"] * 100),
+                memory_used=g["memory_used_bytes"], temperature=round(g["temperature_c"]),
+                memory_temperature=round(g["memory_temperature_c"]), power_mw=int(g["power_w"] * 1000),
                 energy_mj=int(g["energy_j"] * 1000),
                 clocks_mhz={"sm": int(g["sm_clock_mhz"]), "graphics": int(g["sm_clock_mhz"]),
                             "memory": int(g["mem_clock_mhz"])},

@@ -9,8 +9,8 @@ change exactly the values the real failure would change.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from fleetscope.sim.faults import Fault
 from fleetscope.sim.profiles import NodeProfile

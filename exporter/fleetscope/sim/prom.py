@@ -11,8 +11,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -132,12 +133,11 @@ class Alertmanager:
         }
         with open(config_path, "w", encoding="utf-8") as handle:
             yaml.safe_dump(config, handle, sort_keys=False)
-        host, _, port = self.listen.rpartition(":")
         self.log_path = os.path.join(self.workdir, "alertmanager.log")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={config_path}", f"--storage.path={os.path.join(self.workdir, 'data')}",
-                 f"--web.listen-address={self.listen}", f"--cluster.listen-address=",
+                 f"--web.listen-address={self.listen}", "--cluster.listen-address=",
                  ],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from fleetscope.sim.faults import Fault
 
@@ -79,9 +80,7 @@ class JobModel:
         factor = 1.0
         for fault in faults:
             if fault.kind in ("thermal_throttle", "hw_slowdown") and fault.node == state.node \
-                    and fault.gpu == state.local_rank:
-                factor *= fault.param("slowdown")
-            elif fault.kind == "rank_slow" and fault.job == self.spec.name and fault.rank == state.rank:
+                    and fault.gpu == state.local_rank or fault.kind == "rank_slow" and fault.job == self.spec.name and fault.rank == state.rank:
                 factor *= fault.param("slowdown")
         return factor
 

@@ -206,8 +206,8 @@ class TreeWriter:
         model = self.model
         proc = self.paths.procfs
         lines = ["Inter-|   Receive                                                |  Transmit",
-                 " face |bytes    packets errs drop fifo frame compressed multicast|"
-                 "bytes    packets errs drop fifo colls carrier compressed"]
+                 (" face |bytes    packets errs drop fifo frame compressed multicast|"
+                  "bytes    packets errs drop fifo colls carrier compressed")]
         lines.append(f"    lo: {'0 ' * 16}".rstrip())
         for nic in model.nics:
             s = nic.stats
