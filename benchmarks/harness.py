@@ -65,7 +65,7 @@ class NodeShape:
     gpus: int = 8
     efa: int = 32
     ena: int = 4
-    ranks: int = 8
+    ranks: int = 8  # 0: nothing pushes
 
     def profile(self) -> Any:
         from fleetscope.sim.profiles import P5

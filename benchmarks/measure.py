@@ -132,8 +132,10 @@ class Services:
 # -- 1, 2, 4: the node under production settings -----------------------------------------------
 
 
+IDLE_LABEL = "p5, idle (no pushes, no scrapes)"
 VARIANTS = (
     NodeShape("p5 (8 GPUs, 32 EFA, 4 ENA, 8 ranks)"),
+    NodeShape(IDLE_LABEL, ranks=0),
     NodeShape("1 GPU", gpus=1),
     NodeShape("4 EFA devices", efa=4),
     NodeShape("1 rank", ranks=1),
@@ -211,7 +213,8 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
         try:
             for tree, daemon in zip(trees, daemons, strict=True):
                 fleets.append(RankFleet(daemon.port, tree.shape.ranks, settings.steps_per_second))
-                scrapers.append(PacedScraper(daemon.port, settings.scrape_interval))
+                idle = tree.shape.label == IDLE_LABEL  # scraped once, before the window opens
+                scrapers.append(PacedScraper(daemon.port, 1e6 if idle else settings.scrape_interval))
             fleets.append(RankFleet(cycle_daemon.port, 8, settings.steps_per_second))
             scrapers.append(PacedScraper(cycle_daemon.port, settings.cycle_interval / 2,
                                          on_body=_cycle_collector(cycle_samples)))
@@ -248,7 +251,7 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
 
     variants = [
         VariantResult(tree.shape, cpu_share(s0, s1), s1.hwm_bytes, s1.rss_bytes, s1.wall - s0.wall,
-                      len(scraper.latencies), push)
+                      len(scraper.latencies) if tree.shape.label != IDLE_LABEL else 0, push)
         for tree, s0, s1, scraper, push in zip(trees, start, end, scrapers[: len(trees)], pushes[: len(trees)],
                                                strict=True)
     ]

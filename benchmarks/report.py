@@ -100,12 +100,23 @@ def kubernetes_resources(node: NodeResults) -> dict[str, str]:
             "memory_request": f"{mem_request_mib}Mi", "memory_limit": f"{mem_limit_mib}Mi"}
 
 
-def cpu_budget(settings: Settings, node: NodeResults, push: PushResults,
-               profiles: list[ProfileResult]) -> list[tuple[str, str, str, float]]:
+def push_request_cpu(node: NodeResults) -> float:
+    """CPU seconds per push request, from the rank scaling (8 -> 64 ranks, one request per rank per second)."""
+    by_label = {v.shape.label: v for v in node.variants}
+    base, big = node.variants[0], by_label.get("64 ranks")
+    if big is None or big.shape.ranks == base.shape.ranks:
+        return math.nan
+    return (big.cpu_share - base.cpu_share) / (big.shape.ranks - base.shape.ranks)
+
+
+def cpu_budget(settings: Settings, node: NodeResults, profiles: list[ProfileResult]) -> list[tuple[str, str, str, float]]:
     """(part, cost, frequency, share of one core) for the p5 daemon at production settings."""
     from fleetscope.collectors import REGISTRY
 
+    from benchmarks.measure import IDLE_LABEL
+
     rows: list[tuple[str, str, str, float]] = []
+    collections = 0.0
     for prof in profiles:
         if not prof.title.startswith("collector "):
             continue
@@ -113,18 +124,22 @@ def cpu_budget(settings: Settings, node: NodeResults, push: PushResults,
         entry = REGISTRY.get(name)
         if entry is None or entry.live:
             continue
+        share = prof.cpu_seconds_per_call / entry.default_interval
+        collections += share
         rows.append((f"`{name}` collection", ms(prof.cpu_seconds_per_call), f"every {entry.default_interval:g} s",
-                     prof.cpu_seconds_per_call / entry.default_interval))
+                     share))
+    idle = next((v for v in node.variants if v.shape.label == IDLE_LABEL), None)
+    if idle is not None:
+        rows.append(("runtime when idle (measured idle daemon minus its collections)", "", "always",
+                     max(0.0, idle.cpu_share - collections)))
     render = next((p for p in profiles if p.title.startswith("/metrics body, OpenMetrics")), None)
     if render is not None:
         rows.append(("`/metrics` render (OpenMetrics + gzip)", ms(render.cpu_seconds_per_call),
                      f"every {settings.scrape_interval:g} s", render.cpu_seconds_per_call / settings.scrape_interval))
-    post = push.row("fleetscope", "POST per record")
+    per_request = push_request_cpu(node)
     ranks = node.variants[0].shape.ranks
-    if post is not None:
-        per_request = post.server_cpu_seconds / max(1, post.outcome.requests)
-        rows.append(("push request (one rank's batch)", us(per_request * 1e6), f"{ranks} per second (1 per rank)",
-                     per_request * ranks))
+    rows.append(("push request (one rank's batch, client's own connection)", us(per_request * 1e6),
+                 f"{ranks} per second (1 per rank)", per_request * ranks))
     return rows
 
 
@@ -273,7 +288,8 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     add("|---|---|---|---|---|---|---|---|---|")
     for v in node.variants:
         add(f"| {v.shape.label} | {v.shape.gpus} | {v.shape.efa} | {v.shape.ena} | {v.shape.ranks} | "
-            f"{pct(v.cpu_share)} | {mib(v.peak_rss_bytes)} | {mib(v.rss_bytes)} | {v.pushes.get('sent', 0):,} |")
+            f"{pct(v.cpu_share)} | {mib(v.peak_rss_bytes)} | {mib(v.rss_bytes)} | "
+            f"{v.pushes.get('sent', 0):,} |")
     add("")
     by_label = {v.shape.label: v for v in node.variants}
     growth = []
@@ -289,14 +305,15 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
                       f"peak RSS {ratio(big.peak_rss_bytes, base.peak_rss_bytes)}")
     add("Growth: " + "; ".join(growth) + ".")
     add("")
-    add("Where the p5 daemon's CPU goes, estimated from the other sections' figures (each part's CPU cost, from "
-        "the in-process timings under *Where the time goes* and the push endpoint's CPU per request in section 5, "
-        "times how often it runs), against the measured total; the rest is the runtime itself (event loop, "
-        "threads waking, HTTP handling of scrapes):")
+    add("Where the p5 daemon's CPU goes, estimated (each part's CPU cost times how often it runs) against the "
+        "measured total. Collection and render costs are thread CPU times from *Where the time goes*; the idle "
+        "runtime comes from the idle variant; the cost of one push request is the slope of the rank scaling "
+        "(64 ranks minus 8 ranks, one request per rank per second, each on a new connection as the client's "
+        "`urllib` sender makes them):")
     add("")
     add("| part | cost | how often | share of one core |")
     add("|---|---|---|---|")
-    budget = cpu_budget(settings, node, push, profiles)
+    budget = cpu_budget(settings, node, profiles)
     for part, cost, often, share in budget:
         add(f"| {part} | {cost} | {often} | {pct(share)} |")
     add(f"| **sum of parts** | | | {pct(sum(row[3] for row in budget))} |")

@@ -103,9 +103,17 @@ def test_cpu_and_memory_for_every_variant(report: str) -> None:
     assert ("8", "32", "8") in counts  # the p5 node
     assert ("1", "32", "8") in counts and ("8", "4", "8") in counts  # GPU and EFA scaling
     assert ("8", "32", "1") in counts and ("8", "32", "64") in counts  # rank scaling
+    assert ("8", "32", "0") in counts  # the idle baseline
     for row in rows:
         assert row[5].endswith("%") and row[6].endswith("MiB")
-        assert int(row[8].replace(",", "")) > 0, f"no records pushed for {row[0]}"
+        pushed = int(row[8].replace(",", ""))
+        assert pushed > 0 if row[4] != "0" else pushed == 0, f"records pushed for {row[0]}: {pushed}"
+    budget = table_rows(report, "## 2. Daemon CPU and memory", 1)
+    parts = [row[0] for row in budget]
+    assert any(part.startswith("`efa` collection") for part in parts)
+    assert any(part.startswith("runtime when idle") for part in parts)
+    assert any(part.startswith("push request") for part in parts)
+    assert parts[-2:] == ["**sum of parts**", "**measured**"]
 
 
 def test_collector_cycles_and_series_cover_every_collector(report: str) -> None:
