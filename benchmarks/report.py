@@ -427,9 +427,11 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     add("```")
     add("")
     add(f"* CPU request: twice the sustained p5 average ({pct(base.cpu_share)} of a core), at least 10m.")
-    add(f"* CPU limit: room for one `/metrics` render (median {ms(percentile(node.latencies, 50))} of one core) to "
-        "finish inside one 100 ms CFS period without throttling, between 250m and 2 cores; a tighter limit "
-        "stretches scrape latency, not throughput.")
+    add(f"* CPU limit: room for a scrape (median {ms(percentile(node.latencies, 50))} with two scrapers at once, "
+        "nearly all of it Python on one core) to finish inside one 100 ms CFS period without throttling, rounded "
+        "up to 250m steps, between 250m and 2 cores. A tighter limit stretches scrape latency, not throughput. "
+        "For comparison, dcgm-exporter's Helm chart requests 100m / 128Mi with limits 200m / 512Mi "
+        "(NVIDIA/dcgm-exporter, deployment/values.yaml).")
     add(f"* Memory request: 1.25x the largest peak RSS measured ({mib(worst.peak_rss_bytes)}, variant "
         f"\"{worst.shape.label}\"), rounded up to 16 MiB.")
     add("* Memory limit: 2x that peak, rounded up to 64 MiB: headroom for push bursts up to `push.max-ranks` "
