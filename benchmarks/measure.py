@@ -520,13 +520,29 @@ def _profile(title: str, work: Any, calls: int, top: int = 10) -> ProfileResult:
     return ProfileResult(title, calls, elapsed, rows[:top], statistics.median(cpu))
 
 
-def measure_profiles(settings: Settings, calls: int, log: Any = print) -> list[ProfileResult]:
+@dataclass
+class Profiles:
+    items: list[ProfileResult]
+    # (how the body is made, CPU seconds per scrape): today's path and the cheaper ones the HTTP layer could take
+    render_options: list[tuple[str, float]] = field(default_factory=list)
+
+
+def _cpu_median(work: Any, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        c0 = time.thread_time()
+        work()
+        samples.append(time.thread_time() - c0)
+    return statistics.median(samples)
+
+
+def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profiles:
     """cProfile, in this process, of the p5 node's /metrics rendering and of each background collector."""
     import gzip
     import json as jsonlib
 
     from fleetscope.daemon import build_engine
-    from fleetscope.engine import CollectorRunner
+    from fleetscope.engine import CollectorRunner, Engine
     from fleetscope.http import make_registry
     from fleetscope.push.models import parse_records
     from fleetscope.sim.gpufeed import GpuFeed
@@ -557,8 +573,20 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> list[P
     results.insert(0, _profile("/metrics body, OpenMetrics (what Prometheus negotiates) + gzip",
                                lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls))
     results.insert(1, _profile("/metrics body, text 0.0.4, no gzip", lambda: generate_latest(registry), calls))
+    # What a scrape would cost if background collectors' text were rendered once per reading and kept:
+    # only the live collectors (steps) and the engine's self-metrics are rendered per scrape.
+    live = make_registry(Engine([r for r in engine.runners if not isinstance(r, CollectorRunner)]))
+    kept = generate_latest(registry)
+    options = [
+        ("OpenMetrics + gzip level 9 (today: Prometheus's first choice, Starlette's default level)",
+         _cpu_median(lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls)),
+        ("text 0.0.4 + gzip level 9", _cpu_median(lambda: gzip.compress(generate_latest(registry), 9), calls)),
+        ("text 0.0.4 + gzip level 6", _cpu_median(lambda: gzip.compress(generate_latest(registry), 6), calls)),
+        ("text 0.0.4, background collectors' text kept per reading, live part rendered, gzip level 6",
+         _cpu_median(lambda: gzip.compress(kept + generate_latest(live), 6), calls)),
+    ]
     engine.stop()
-    return results
+    return Profiles(results, options)
 
 
 def median_or_nan(values: Sequence[float]) -> float:

@@ -12,6 +12,7 @@ from benchmarks.measure import (
     NetCompare,
     NodeResults,
     ProfileResult,
+    Profiles,
     PushResults,
     ScrapeSide,
     Settings,
@@ -150,8 +151,10 @@ def _side_row(side: ScrapeSide) -> str:
 
 
 def add_misses(add: Callable[[str], None], settings: Settings, node: NodeResults, push: PushResults,
-               profiles: list[ProfileResult]) -> None:
+               profile_set: Profiles) -> None:
     """One paragraph per missed target: by how much, and where the time goes."""
+    profiles = profile_set.items
+    options = profile_set.render_options
     missed = [t for t in targets(node, push) if not t.met]
     if not missed:
         return
@@ -173,7 +176,9 @@ def add_misses(add: Callable[[str], None], settings: Settings, node: NodeResults
                 f"the text format gives p99 {ms(percentile(node.text_latencies, 99))}. Fixes, in the HTTP layer: "
                 "answer with the text format even when OpenMetrics is offered, and keep each background "
                 "collector's rendered text with its reading (it changes once per interval, not per scrape), "
-                "rendering only the live `steps` families per scrape.")
+                "rendering only the live `steps` families per scrape"
+                + (f": {ms(options[-1][1])} of CPU per scrape instead of {ms(options[0][1])} "
+                   "(table under *Where the time goes*)." if len(options) > 1 else "."))
         elif target.what.startswith("series"):
             over = node.series_total - 2500
             top = ", ".join(f"`{name}` ({count})" for name, count in node.largest_metrics[:5])
@@ -195,7 +200,8 @@ def add_misses(add: Callable[[str], None], settings: Settings, node: NodeResults
 
 
 def render(settings: Settings, env: Environment, date: str, node: NodeResults, net: NetCompare,
-           push: PushResults, profiles: list[ProfileResult], quick: bool, wall_seconds: float) -> str:
+           push: PushResults, profile_set: Profiles, quick: bool, wall_seconds: float) -> str:
+    profiles = profile_set.items
     base = node.variants[0]
     lines: list[str] = []
     add = lines.append
@@ -205,6 +211,9 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
                                                       if quick else "") + "; do not edit by hand.")
     add(f"Run on {date}, {wall_seconds:.0f} s wall time. Absolute times on a shared machine drift between runs; "
         "the side-by-side ratios, measured in the same run on the same tree, are the figures to compare.")
+    add("")
+    add("Options: `--duration SECONDS` (sustained CPU/RSS window, default 60), `--quick` (smoke test), "
+        "`--out FILE`, `--workdir DIR` (keep trees and daemon logs).")
     add("")
     add("## Machine and versions")
     add("")
@@ -247,7 +256,7 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     for target in targets(node, push):
         add(f"| {target.what} | {target.goal} | {target.unit(target.measured)} | {target.verdict} |")
     add("")
-    add_misses(add, settings, node, push, profiles)
+    add_misses(add, settings, node, push, profile_set)
 
     add("## 1. `/metrics` latency and collection cycles")
     add("")
@@ -401,8 +410,18 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
 
     add("## Where the time goes")
     add("")
-    add("cProfile, in the benchmark process, of the p5 daemon's parts on the same kind of tree "
-        "(per call; top functions by own time):")
+    add("CPU per scrape to produce the `/metrics` body of the p5 node (thread CPU time, median), today and with "
+        "the changes the HTTP layer could make:")
+    add("")
+    add("| how the body is made | CPU per scrape | vs today |")
+    add("|---|---|---|")
+    today = profile_set.render_options[0][1] if profile_set.render_options else math.nan
+    for label, seconds in profile_set.render_options:
+        add(f"| {label} | {ms(seconds)} | {ratio(seconds, today)} |")
+    add("")
+    add("cProfile, in the benchmark process, of the p5 daemon's parts on the same kind of tree: per call, top "
+        "functions by own time. The profiler inflates Python-heavy code 2-4x, so read its columns as proportions; "
+        "the wall and CPU figures above each table are measured without it.")
     add("")
     for prof in profiles:
         add(f"**{prof.title}**: {ms(prof.seconds_per_call)} wall, {ms(prof.cpu_seconds_per_call)} CPU per call "

@@ -133,3 +133,12 @@ def test_kubernetes_resources_are_valid_quantities(report: str) -> None:
         assert re.fullmatch(r"\d+Mi", resources[kind]["memory"])
     assert int(resources["limits"]["memory"][:-2]) >= int(resources["requests"]["memory"][:-2])
     assert int(resources["limits"]["cpu"][:-1]) >= int(resources["requests"]["cpu"][:-1])
+
+
+def test_render_options_and_profiles_are_reported(report: str) -> None:
+    options = table_rows(report, "## Where the time goes")
+    assert len(options) == 4 and options[0][2] == "1.00x"
+    assert all(row[1].endswith(" ms") for row in options)
+    section = report.split("## Where the time goes", 1)[1]
+    for part in ("/metrics body, OpenMetrics", "/metrics body, text", "collector efa", "collector gpu"):
+        assert f"**{part}" in section
