@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import json
 import math
 import os
 import pstats
@@ -37,6 +38,7 @@ from benchmarks.harness import (
     pushgateway_service,
     sample_process,
     scrape_headers,
+    step_record,
 )
 
 TEXT_ACCEPT = "text/plain;version=0.0.4"
@@ -60,6 +62,7 @@ class Settings:
     ingest_batch: int = 256  # the client's batch size (StepTracker(batch_size=256))
     client_calls: int = 20_000
     client_bursts: int = 20
+    burst_requests: int = 5  # per rank, bodies near push.max-body-bytes
     node_exporter: str | None = "/usr/bin/prometheus-node-exporter"
     pushgateway: str | None = "/usr/bin/prometheus-pushgateway"
 
@@ -67,7 +70,7 @@ class Settings:
     def quick(cls, workdir: str) -> Settings:
         return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, latency_scrapes=10, cycle_interval=0.5,
                    compare_seconds=3.0, compare_interval=0.5, push_seconds=0.5, client_calls=500,
-                   client_bursts=3)
+                   client_bursts=3, burst_requests=1)
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -174,6 +177,10 @@ class NodeResults:
     ingest: PushOutcome
     exposition_bytes: int
     text_latencies: list[float] = field(default_factory=list)  # same test, Accept: text/plain 0.0.4 only
+    peak_rss_after_ingest: int = 0
+    burst: PushOutcome | None = None  # 8 ranks at once, bodies near push.max-body-bytes
+    burst_records_per_body: int = 0
+    peak_rss_after_burst: int = 0
 
 
 def _cycle_collector(samples: dict[str, dict[float, float]]) -> Any:
@@ -242,6 +249,14 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
             log("  ingest: 8 ranks, batched")
             ingest = push_load(base.port, 8, "post", settings.ingest_batch, 100_000, settings.push_seconds,
                                job="ingest")
+            rss_after_ingest = sample_process(base.pid).hwm_bytes
+            # The memory limit must survive the largest bodies the daemon accepts, 8 at a time.
+            from fleetscope.config import PushConfig
+
+            burst_batch = records_per_body(PushConfig().max_body_bytes)
+            log(f"  burst: 8 ranks x {settings.burst_requests} bodies of {burst_batch} records (~1 MiB)")
+            burst = push_load(base.port, 8, "post", burst_batch, settings.burst_requests, 60.0, job="burst")
+            rss_after_burst = sample_process(base.pid).hwm_bytes
         finally:
             for scraper in scrapers:
                 scraper.stop()
@@ -267,7 +282,14 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
         series[collector] = series.get(collector, 0) + count
     largest = sorted(per_metric.items(), key=lambda item: -item[1])[:10]
     return NodeResults(variants, cycles, latencies, latency_errors + text_errors, series, sum(per_metric.values()),
-                       largest, ingest, len(text.encode()), text_latencies)
+                       largest, ingest, len(text.encode()), text_latencies, rss_after_ingest, burst, burst_batch,
+                       rss_after_burst)
+
+
+def records_per_body(limit: int) -> int:
+    """How many step records fit in a JSON body of at most ``limit`` bytes (with a margin)."""
+    one = len(json.dumps(step_record("burst", 7, 123456, 8))) + 2
+    return max(1, int(limit * 0.95) // one)
 
 
 # -- 5a: network collectors side by side --------------------------------------------------------
@@ -550,7 +572,6 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-    from benchmarks.harness import step_record
     from benchmarks.nodeproc import node_flags
 
     log("  profiling /metrics rendering and each collector in-process")

@@ -96,7 +96,8 @@ def kubernetes_resources(node: NodeResults) -> dict[str, str]:
     render = 0.1 if math.isnan(render) else render
     cpu_limit_m = min(2000, max(250, 250 * math.ceil(render / 0.1 * 1000 / 250)))
     mem_request_mib = 16 * math.ceil(worst_rss * 1.25 / MIB / 16)
-    mem_limit_mib = 64 * math.ceil(worst_rss * 2 / MIB / 64)
+    burst_rss = max(node.peak_rss_after_burst, node.peak_rss_after_ingest)
+    mem_limit_mib = 64 * math.ceil(max(worst_rss * 2, burst_rss * 1.5) / MIB / 64)
     return {"cpu_request": f"{cpu_request_m}m", "cpu_limit": f"{cpu_limit_m}m",
             "memory_request": f"{mem_request_mib}Mi", "memory_limit": f"{mem_limit_mib}Mi"}
 
@@ -351,8 +352,16 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     ing = node.ingest
     add(f"Ingest on the full p5 daemon (all collectors running): 8 concurrent ranks, each posting batches of "
         f"{settings.ingest_batch} records (the client's batch size) back to back for {settings.push_seconds:g} s: "
-        f"**{rate(ing.records_per_second)} records/s** ({ing.requests:,} requests, {ing.errors} errors).")
+        f"**{rate(ing.records_per_second)} records/s** ({ing.requests:,} requests, {ing.errors} errors); "
+        f"peak RSS after it: {mib(node.peak_rss_after_ingest)}.")
     add("")
+    if node.burst is not None:
+        b = node.burst
+        add(f"Memory under the largest bodies: 8 ranks at once, each posting {b.requests // 8 if b.requests else 0} "
+            f"bodies of {node.burst_records_per_body:,} records (just under `push.max-body-bytes`, 1 MiB): "
+            f"{b.records:,} records accepted, {b.errors} errors, peak RSS after it "
+            f"**{mib(node.peak_rss_after_burst)}**.")
+        add("")
 
     add("## 4. Series per node")
     add("")
@@ -453,7 +462,8 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
         "(NVIDIA/dcgm-exporter, deployment/values.yaml).")
     add(f"* Memory request: 1.25x the largest peak RSS measured ({mib(worst.peak_rss_bytes)}, variant "
         f"\"{worst.shape.label}\"), rounded up to 16 MiB.")
-    add("* Memory limit: 2x that peak, rounded up to 64 MiB: headroom for push bursts up to `push.max-ranks` "
-        "(128) and the largest bodies (`push.max-body-bytes`, 1 MiB) without an OOM kill.")
+    add(f"* Memory limit: the larger of 2x that peak and 1.5x the peak after the burst of largest bodies "
+        f"({mib(max(node.peak_rss_after_burst, node.peak_rss_after_ingest))}, section 3), rounded up to 64 MiB, so "
+        "that pushes at the limits (`push.max-body-bytes`, `push.max-ranks`) do not end in an OOM kill.")
     add("")
     return "\n".join(lines) + "\n"

@@ -142,3 +142,13 @@ def test_render_options_and_profiles_are_reported(report: str) -> None:
     section = report.split("## Where the time goes", 1)[1]
     for part in ("/metrics body, OpenMetrics", "/metrics body, text", "collector efa", "collector gpu"):
         assert f"**{part}" in section
+
+
+def test_largest_bodies_are_accepted_and_their_memory_reported(report: str) -> None:
+    line = next(l for l in report.splitlines() if l.startswith("Memory under the largest bodies"))
+    match = re.search(r"bodies of ([\d,]+) records .*: ([\d,]+) records accepted, (\d+) errors, peak RSS after it "
+                      r"\*\*([\d.]+) MiB\*\*", line)
+    assert match, line
+    per_body, accepted, errors = (int(match.group(i).replace(",", "")) for i in (1, 2, 3))
+    assert errors == 0 and accepted == 8 * per_body  # quick mode: one body per rank
+    assert float(match.group(4)) > 0
