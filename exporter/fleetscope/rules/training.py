@@ -230,17 +230,39 @@ def alert_rules(s: Settings) -> Group:
             + worst_rank(s, "data"),
             s.input_for,
         ))
+    # One rank's slow loader never moves the job median: its peers wait on it inside the
+    # collective. So a rank above the threshold alerts on its own, naming the rank, unless the
+    # whole job is input-bound (then the job alert above says it once).
+    for severity, share in (("warning", s.input_warning_share), ("critical", s.input_critical_share)):
+        alerts.append(Alert(
+            "TrainingRankInputBound",
+            with_gpu(s, (
+                f"{rank_share(s, 'data')} > {num(share)}\n"
+                f"unless on (training_job)\n"
+                f"{job_share(s, 'data')} > {num(share)}"
+            )),
+            severity,  # type: ignore[arg-type]
+            "One training rank waits on its input pipeline while the rest of the job does not.",
+            "Rank {{ $labels.rank }} of training job {{ $labels.training_job }} on {{ $labels.instance }}"
+            "{{ with $labels.gpu }} (GPU {{ . }}){{ end }} spends {{ $value | humanizePercentage }} of each step "
+            f"waiting for data (threshold {num(share * 100)}%); the job's median rank does not. Its peers wait "
+            "for it in the collectives, so the whole job runs at this rank's pace.",
+            s.input_for,
+        ))
     alerts.append(Alert(
         "TrainingCommunicationBound",
         (
             f"{job_share(s, 'comm')} > {num(s.comm_share)}\n"
             f"unless on (training_job)\n"
-            f"({RANK_COMPUTE_RATIO} > {num(s.straggler_ratio)})"
+            f"({RANK_COMPUTE_RATIO} > {num(s.straggler_ratio)})\n"
+            f"unless on (training_job)\n"
+            f"({rank_share(s, 'data')} > {num(s.input_warning_share)})"
         ),
         "warning",
         "A training job spends a large share of each step in exposed communication, with no straggler.",
         "Ranks of training job {{ $labels.training_job }} spend a median {{ $value | humanizePercentage }} of "
-        f"each step in exposed communication (threshold {num(s.comm_share * 100)}%) and no rank is a straggler."
+        f"each step in exposed communication (threshold {num(s.comm_share * 100)}%), no rank is a straggler "
+        "and no rank waits on its input."
         + worst_rank(s, "comm"),
         s.comm_for,
     ))
