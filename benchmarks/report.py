@@ -43,7 +43,7 @@ class Target:
         if self.met:
             return "met"
         factor = self.measured / self.limit if self.lower_is_better else self.limit / self.measured
-        return f"**missed** ({factor:.1f}x the target)"
+        return f"**missed** ({factor:.2f}x the target)"
 
 
 def ms(seconds: float) -> str:
@@ -241,7 +241,7 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     else:
         add(f"* Network side by side: {net.note}")
     if pg is not None and fs_post is not None:
-        add(f"* **Push endpoint vs Pushgateway** (8 ranks, one request per step record): fleetscope POST takes "
+        add(f"* **Push endpoint vs Pushgateway** (8 ranks, one request per step record): fleetscope POST handles "
             f"{ratio(fs_post.outcome.records_per_second, pg.outcome.records_per_second)} the Pushgateway's records/s "
             f"({rate(fs_post.outcome.records_per_second)} vs {rate(pg.outcome.records_per_second)})"
             + (f"; through its Pushgateway-compatible PUT route "
@@ -257,6 +257,11 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     for target in targets(node, push):
         add(f"| {target.what} | {target.goal} | {target.unit(target.measured)} | {target.verdict} |")
     add("")
+    if node.peak_rss_after_burst:
+        add(f"Peak RSS above is the steady state with pushes flowing; 8 ranks pushing bodies at "
+            f"`push.max-body-bytes` at once take it to {mib(node.peak_rss_after_burst)} (section 3), which the "
+            "memory limit below allows for.")
+        add("")
     add_misses(add, settings, node, push, profile_set)
 
     add("## 1. `/metrics` latency and collection cycles")

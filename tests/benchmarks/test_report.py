@@ -13,9 +13,10 @@ def target(measured: float, lower_is_better: bool = True) -> Target:
 
 def test_target_verdict_says_by_how_much_a_target_is_missed() -> None:
     assert target(5.0).verdict == "met"
-    assert target(25.0).verdict == "**missed** (2.5x the target)"
+    assert target(25.0).verdict == "**missed** (2.50x the target)"
     assert target(20.0, lower_is_better=False).verdict == "met"
-    assert target(4.0, lower_is_better=False).verdict == "**missed** (2.5x the target)"
+    assert target(4.0, lower_is_better=False).verdict == "**missed** (2.50x the target)"
+    assert target(10.2).verdict == "**missed** (1.02x the target)"
     assert target(math.nan).verdict == "not measured"
 
 
@@ -37,3 +38,10 @@ def test_kubernetes_resources_follow_the_stated_rules() -> None:
 
 def test_sizes_are_reported_in_mebibytes() -> None:
     assert mib(80 * MIB) == "80.0 MiB"
+
+
+def test_memory_limit_covers_a_burst_of_the_largest_bodies() -> None:
+    node = node_results(0.009, 56.0, [0.04] * 10)
+    assert kubernetes_resources(node)["memory_limit"] == "128Mi"  # 2 x 61.6 MiB
+    node.peak_rss_after_burst = int(112.8 * MIB)  # 1.5 x 112.8 = 169.2 MiB
+    assert kubernetes_resources(node)["memory_limit"] == "192Mi"

@@ -85,7 +85,7 @@ def test_every_target_is_measured(report: str) -> None:
 def test_both_side_by_side_ratios_are_reported(report: str) -> None:
     headline = report.split("## Headline", 1)[1].split("|", 1)[0]
     assert re.search(r"node_exporter's CPU per scrape", headline)
-    assert re.search(r"fleetscope POST takes \d+\.\d+x the Pushgateway's records/s", headline)
+    assert re.search(r"fleetscope POST handles \d+\.\d+x the Pushgateway's records/s", headline)
     net = table_rows(report, "### Network collectors vs node_exporter")
     assert [row[0] for row in net] == ["node_exporter", "fleetscope"]
     push = table_rows(report, "### Push endpoint vs Pushgateway")
