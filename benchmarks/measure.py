@@ -203,6 +203,8 @@ def _cycle_collector(samples: dict[str, dict[float, float]]) -> Any:
 
 def measure_node(settings: Settings, log: Any = print) -> NodeResults:
     """Sustained run of every variant side by side, then latency, series and ingest on the p5 node."""
+    from fleetscope.config import PushConfig
+
     trees = [SimTree(shape, os.path.join(settings.workdir, f"node-{i}"), index=i) for i, shape in enumerate(VARIANTS)]
     cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS))
     ticker = TreeTicker(trees + [cycle_tree], max_seconds=settings.sustained_seconds + 600)
@@ -251,8 +253,6 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
                                job="ingest")
             rss_after_ingest = sample_process(base.pid).hwm_bytes
             # The memory limit must survive the largest bodies the daemon accepts, 8 at a time.
-            from fleetscope.config import PushConfig
-
             burst_batch = records_per_body(PushConfig().max_body_bytes)
             log(f"  burst: 8 ranks x {settings.burst_requests} bodies of {burst_batch} records (~1 MiB)")
             burst = push_load(base.port, 8, "post", burst_batch, settings.burst_requests, 60.0, job="burst")
