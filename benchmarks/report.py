@@ -187,8 +187,15 @@ def add_misses(add: Callable[[str], None], settings: Settings, node: NodeResults
                 "Per-link NVLink error counters (links x 3 error kinds per GPU) and per-verb EFA error counters "
                 "are most of it; the EFA lifespan gauges are configuration, not telemetry.")
         elif target.what.startswith("daemon CPU"):
-            add(f"* **daemon CPU**: {pct(target.measured)} of one core; see the CPU budget in section 2 for the "
-                "split between collections, scrapes and pushes.")
+            parts = sorted(cpu_budget(settings, node, profiles), key=lambda row: -row[3])[:3]
+            biggest = "; ".join(f"{part} {pct(share)}" for part, _, _, share in parts)
+            post = push.row("fleetscope", "POST per record")
+            keep_alive = (f" On a kept-alive connection a push costs the daemon {us(post.cpu_us_per_record)} "
+                          f"(section 5) instead of {us(push_request_cpu(node) * 1e6)}." if post else "")
+            add(f"* **daemon CPU**: {pct(target.measured)} of one core, {target.verdict.split('(')[-1].rstrip(')')}. "
+                f"Largest parts (CPU budget in section 2): {biggest}. The client's sender opens a new connection "
+                "for every push (`urllib`), one per rank per second; a persistent connection, the cached render "
+                f"below and a longer flush interval each cut one of these.{keep_alive}")
         elif target.what.startswith("client"):
             add(f"* **client**: {us(push.client.report_us)} per `report` with the sender idle, "
                 f"{us(push.client.report_busy_us)} with the sender busy in the same process (GIL); the call "
