@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
-TRAIN_SECONDS = 150.0
+TRAIN_SECONDS = 130.0
 SLOW_RANK = 2
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 from typing import Any
@@ -94,13 +95,33 @@ def default_rules(compressed: bool) -> str | None:
     return path if os.path.exists(path) else None
 
 
+def _ports_in_use(ports: list[int]) -> list[int]:
+    busy = []
+    for port in ports:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from fleetscope.sim.cluster import SimCluster
-    from fleetscope.sim.prom import Alertmanager, Prometheus, alertmanager_available, prometheus_config
+    from fleetscope.sim.prom import Alertmanager, Prometheus, alertmanager_available, find_binary, prometheus_config
     from fleetscope.sim.schedules import DEMO_SCHEDULE
 
+    if find_binary("prometheus") is None:
+        print("fleetscope demo needs the Prometheus server on PATH (Debian: apt-get install prometheus).\n"
+              "`fleetscope simulate` runs the simulated nodes without it.", file=sys.stderr)
+        return 2
     spec = _make(args, _faults(args, DEMO_SCHEDULE))
+    busy = _ports_in_use([n.port for n in spec.nodes] + [args.prometheus_port])
+    if busy:
+        print(f"fleetscope demo: ports already in use: {', '.join(map(str, busy))} "
+              "(choose others with --base-port / --prometheus-port)", file=sys.stderr)
+        return 2
     rules = args.rules or default_rules(compressed=not args.production_rules)
     workdir = args.workdir or make_workdir("fleetscope-demo-")
     cluster = SimCluster(spec, os.path.join(workdir, "nodes"))
