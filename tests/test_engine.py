@@ -150,3 +150,50 @@ def test_live_collector_reads_at_scrape_time():
     _, registry = registry_for(LiveCollector("live", counting))
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 1
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 2
+
+
+def test_render_concatenates_collectors_into_one_valid_exposition():
+    from prometheus_client.exposition import choose_encoder
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    a = CollectorRunner("a", Counting(), interval=60, timeout=1, staleness=60)
+    b = CollectorRunner("b", Absent(), interval=60, timeout=1, staleness=60)
+    live = LiveCollector("live", type("Other", (), {"collect": lambda self: [_other_family()]})())
+    engine = Engine([a, b, live])
+    a.run_once()
+    b.run_once()
+    for accept, parse in (("", parse_text), ("application/openmetrics-text; version=1.0.0", parse_openmetrics)):
+        encoder, content_type = choose_encoder(accept)
+        text = engine.render(encoder, content_type).decode()
+        families = {f.name: f for f in parse(text)}
+        assert text.count("# EOF") == (1 if "openmetrics" in content_type else 0)
+        assert {s.labels["collector"] for s in families["fleetscope_collector_success"].samples} == {"a", "b", "live"}
+        assert families["fleetscope_test_value"].samples[0].value == 1
+        assert families["fleetscope_test_other"].samples[0].value == 7
+
+
+def _other_family():
+    family = GaugeMetricFamily("fleetscope_test_other", "another collector's family")
+    family.add_metric([], 7)
+    return family
+
+
+def test_a_reading_is_rendered_once_and_rerendered_after_a_new_one():
+    from prometheus_client.exposition import generate_latest
+
+    calls = []
+
+    def encoder(registry):
+        calls.append(1)
+        return generate_latest(registry)
+
+    runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
+    engine = Engine([runner])
+    runner.run_once()
+    first = engine.render(encoder, "text/plain")
+    second = engine.render(encoder, "text/plain")
+    assert first == second and b'fleetscope_test_value{k="a"} 1.0' in first
+    assert len(calls) == 3  # self-metrics twice, the reading once
+    runner.run_once()
+    assert b'fleetscope_test_value{k="a"} 2.0' in engine.render(encoder, "text/plain")

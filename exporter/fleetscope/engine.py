@@ -13,6 +13,7 @@ dropped rather than served forever.
 from __future__ import annotations
 
 import logging
+import platform
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,20 @@ class Reading:
     error: str = ""
 
 
+Encoder = Callable[[Any], bytes]
+OPENMETRICS_EOF = b"# EOF\n"
+
+
+class _Fixed:
+    """A fixed list of families, in the shape the exposition encoders read."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self._metrics
+
+
 class _Attempt:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -95,6 +110,9 @@ class CollectorRunner:
         self._reading = Reading()
         self._last_success: float | None = None
         self._last_good: list[Metric] = []
+        # Rendered exposition of _last_good per content type: a reading is rendered once,
+        # not on every scrape (rendering dominates a scrape's cost).
+        self._rendered: tuple[list[Metric], dict[str, bytes]] = ([], {})
         self._hardware_present = True
         self._worker: threading.Thread | None = None
         self._worker_started = 0.0
@@ -190,6 +208,19 @@ class CollectorRunner:
             metrics = self._last_good if fresh else []
             return self._reading, metrics, self._last_success, self._hardware_present
 
+    def rendered(self, metrics: list[Metric], encoder: Encoder, content_type: str) -> bytes:
+        """The exposition of ``metrics`` (from :meth:`snapshot`), cached per reading."""
+        if not metrics:
+            return b""
+        cached_for, by_type = self._rendered
+        if cached_for is not metrics:
+            by_type = {}
+            self._rendered = (metrics, by_type)
+        text = by_type.get(content_type)
+        if text is None:
+            text = by_type[content_type] = encoder(_Fixed(metrics))
+        return text
+
 
 class LiveCollector:
     """A collector over in-memory state, read at scrape time (it must be cheap)."""
@@ -219,6 +250,9 @@ class LiveCollector:
 
     def wait_first(self, timeout: float | None = None) -> bool:
         return True
+
+    def rendered(self, metrics: list[Metric], encoder: Encoder, content_type: str) -> bytes:
+        return encoder(_Fixed(metrics)) if metrics else b""
 
 
 class Engine:
@@ -252,22 +286,40 @@ class Engine:
                 return False
         return True
 
-    def collect(self) -> Iterable[Metric]:
+    def _snapshots(self) -> tuple[list[Metric], list[tuple[CollectorRunner | LiveCollector, list[Metric]]]]:
+        """Self-metrics for every collector, and each collector's servable metrics."""
         builder = FamilyBuilder()
-        served: list[Metric] = []
+        served: list[tuple[CollectorRunner | LiveCollector, list[Metric]]] = []
         for runner in self.runners:
             reading, metrics, last_success, present = runner.snapshot()
-            served.extend(metrics)
-            labels = (runner.name,)
-            success = reading.status in ("ok", "no_hardware")
+            served.append((runner, metrics))
             if reading.status == "pending":
                 continue
+            labels = (runner.name,)
+            success = reading.status in ("ok", "no_hardware")
             builder.add(ENGINE_TABLE["success"], labels, 1 if success else 0)
             builder.add(ENGINE_TABLE["duration"], labels, reading.duration)
             builder.add(ENGINE_TABLE["last_success"], labels, last_success)
             builder.add(ENGINE_TABLE["hardware_present"], labels, 1 if present else 0)
-        import platform
-
         builder.add_info(ENGINE_TABLE["build"], (), {"version": __version__, "python": platform.python_version()})
-        yield from builder.families()
-        yield from served
+        return builder.families(), served
+
+    def collect(self) -> Iterable[Metric]:
+        own, served = self._snapshots()
+        yield from own
+        for _, metrics in served:
+            yield from metrics
+
+    def render(self, encoder: Encoder, content_type: str) -> bytes:
+        """The whole exposition: self-metrics rendered now, readings from each runner's cache.
+
+        Collectors export disjoint metric names, so their renderings concatenate into one
+        valid exposition; OpenMetrics gets its single ``# EOF`` at the very end.
+        """
+        own, served = self._snapshots()
+        chunks = [encoder(_Fixed(own))]
+        chunks += [runner.rendered(metrics, encoder, content_type) for runner, metrics in served]
+        if content_type.startswith("application/openmetrics-text"):
+            chunks = [chunk.removesuffix(OPENMETRICS_EOF) for chunk in chunks]
+            chunks.append(OPENMETRICS_EOF)
+        return b"".join(chunks)

@@ -20,6 +20,7 @@ from fleetscope.engine import Engine
 
 
 def make_registry(engine: Engine) -> CollectorRegistry:
+    """A registry over the engine, for tests and tools (``/metrics`` renders through the engine's cache)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(engine)  # type: ignore[arg-type]
     return registry
@@ -29,9 +30,7 @@ def create_app(
     engine: Engine,
     telemetry_path: str = "/metrics",
     routers: Iterable[APIRouter] = (),
-    registry: CollectorRegistry | None = None,
 ) -> FastAPI:
-    registry = registry or make_registry(engine)
     app = FastAPI(
         title="fleetscope",
         version=__version__,
@@ -53,7 +52,7 @@ def create_app(
     @app.get(telemetry_path, include_in_schema=False)
     def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), media_type=content_type)
+        return Response(engine.render(encoder, content_type), media_type=content_type)
 
     @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: the daemon answers.")
     def healthz() -> str:
