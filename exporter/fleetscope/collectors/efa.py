@@ -57,11 +57,9 @@ def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
                 builder.add(spec, (device.name,), value)
             else:
                 builder.add(EFA_TABLE["device_counter"], (device.name, raw), value)
-        builder.add(EFA_TABLE["lifespan"], (device.name, "device"), device.counters.lifespan_ms)
         for port in device.ports:
             port_labels = (device.name, str(port.number))
             builder.add(EFA_TABLE["rate"], port_labels, port.rate_bytes_per_second)
-            builder.add(EFA_TABLE["lifespan"], (device.name, f"port{port.number}"), port.counters.lifespan_ms)
             for raw, value in _in_table_order(port.counters.values):
                 if raw in PORT_COUNTERS:
                     builder.add(EFA_TABLE[raw], port_labels, value)

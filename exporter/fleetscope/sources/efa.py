@@ -217,18 +217,6 @@ EFA_TABLE = table(
                 raw="ports/<n>/rate",
             ),
         ),
-        (
-            "lifespan",
-            MetricSpec(
-                "fleetscope_efa_hw_stats_lifespan_seconds",
-                "gauge",
-                "How long the driver caches counter values (scope: device, or port<n>).",
-                ("device", "scope"),
-                unit="seconds",
-                raw="hw_counters/lifespan",
-                scale=1e-3,
-            ),
-        ),
     ],
 )
 
