@@ -86,3 +86,58 @@ def test_token_is_sent() -> None:
         bad.put({"job": "auth", "rank": 0, "step": 2, "step_seconds": 1})
         bad.close(10)
         assert bad.stats().rejected == 1
+
+
+def test_pushes_share_one_kept_alive_connection_and_survive_an_idle_close() -> None:
+    import http.server
+    import socketserver
+    import threading as _threading
+
+    from fleetscope.client.sender import Sender
+
+    connections: list[int] = []
+    records: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            connections.append(1)
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            import json
+
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            records.extend(r["step"] for r in json.loads(body))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            if len(records) == 5:
+                # Close without saying so, as a server does with an idle keep-alive connection.
+                self.close_connection = True
+
+        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    _threading.Thread(target=server.serve_forever, daemon=True).start()
+    sender = Sender(f"http://127.0.0.1:{server.server_address[1]}", batch_size=1, flush_interval=0.01)
+    try:
+        for step in range(5):
+            sender.put({"job": "j", "rank": 0, "step": step, "step_seconds": 0.1})
+            assert wait_for(lambda n=step: len(records) == n + 1, 10)
+        assert len(connections) == 1
+        # The server drops the idle connection (as uvicorn does after its keep-alive timeout):
+        # the next push reconnects once and nothing is lost or sent twice.
+        time.sleep(0.2)  # let the server's close reach the client's socket
+        sender.put({"job": "j", "rank": 0, "step": 5, "step_seconds": 0.1})
+        assert wait_for(lambda: len(records) == 6, 10)
+        assert records == [0, 1, 2, 3, 4, 5]
+        assert len(connections) == 2
+    finally:
+        sender.close()
+        server.shutdown()
+        server.server_close()
