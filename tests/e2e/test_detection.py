@@ -66,13 +66,7 @@ SCHEDULE: list[dict[str, Any]] = [
 FAULTS = tuple(parse_schedule({"faults": SCHEDULE}))  # sorted by start time
 
 # Faults the shipped rules are known to miss, with the reason; their tests xfail and the report says FAIL.
-KNOWN_GAPS = {
-    "slow_dataloader": (
-        "TrainingInputBound compares the job's median data share, so one rank's slow loader never moves it; the other "
-        "ranks wait on that rank in the collective and TrainingCommunicationBound fires for the job instead. "
-        "Needs a rank-level input rule (rank data share > 15%) naming the rank."
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def expectation(fault: Fault) -> Expectation:
@@ -109,8 +103,8 @@ def expectation(fault: Fault) -> Expectation:
         "ena_bw_exceeded": ("EnaAllowanceExceeded",
                             {"instance": node, "device": "ens32", "allowance": ("bw_in", "bw_out")}, ()),
         "tcp_retransmit_storm": ("TcpRetransmitRatioHigh", {"instance": node}, ()),
-        "slow_dataloader": ("TrainingInputBound", {"training_job": job},
-                            (AlertPattern("TrainingJobSlowdown", {"training_job": job}),)),  # see KNOWN_GAPS
+        "slow_dataloader": ("TrainingRankInputBound", {"training_job": job, "rank": str(fault.rank)},
+                            (AlertPattern("TrainingJobSlowdown", {"training_job": job}),)),
         "job_hang": ("TrainingJobHang", {"training_job": job, "rank": str(int(fault.param("first_rank")))},
                      (AlertPattern("TrainingRankSilent", {"training_job": job}),
                       AlertPattern("TrainingLowGpuActivity", {"training_job": job}))),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -95,6 +96,18 @@ def default_rules(compressed: bool) -> str | None:
     return path if os.path.exists(path) else None
 
 
+def _fitting(spec: Any, faults: list[Fault]) -> list[Fault]:
+    """The built-in schedule's faults that this cluster has targets for (a smaller demo drops the rest)."""
+    kept = []
+    for fault in faults:
+        try:
+            dataclasses.replace(spec, faults=(fault,)).validate()
+        except ValueError:
+            continue
+        kept.append(fault)
+    return kept
+
+
 def _ports_in_use(ports: list[int]) -> list[int]:
     busy = []
     for port in ports:
@@ -116,7 +129,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("fleetscope demo needs the Prometheus server on PATH (Debian: apt-get install prometheus).\n"
               "`fleetscope simulate` runs the simulated nodes without it.", file=sys.stderr)
         return 2
-    spec = _make(args, _faults(args, DEMO_SCHEDULE))
+    spec = _make(args, _faults(args, None))
+    if not args.faults:
+        spec = dataclasses.replace(spec, faults=tuple(_fitting(spec, parse_schedule(DEMO_SCHEDULE))))
     busy = _ports_in_use([n.port for n in spec.nodes] + [args.prometheus_port])
     if busy:
         print(f"fleetscope demo: ports already in use: {', '.join(map(str, busy))} "
