@@ -16,8 +16,9 @@ import logging
 import platform
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from prometheus_client.core import Metric
 

@@ -7,7 +7,7 @@ It only reads the engine's latest readings, which never wait on hardware.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware

@@ -3,32 +3,16 @@ from __future__ import annotations
 import os
 
 import pytest
-from prometheus_client import CollectorRegistry
-
 from fleetscope.check import run_check
 from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.sources.efa import EFA_TABLE, CounterSet, EfaDevice, EfaPort, EfaReading
+
+from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
-
-
-class Families:
-    """Families as a registry sees them."""
-
-    def __init__(self, metrics: list) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list:
-        return self.metrics
-
-
-def registry_of(metrics: list) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Families(metrics))  # type: ignore[arg-type]
-    return registry
 
 
 def device(

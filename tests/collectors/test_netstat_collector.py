@@ -3,28 +3,14 @@ from __future__ import annotations
 import os
 
 import pytest
-from prometheus_client import CollectorRegistry
-
 from fleetscope.collectors.netstat import NetstatCollector, netstat_families
 from fleetscope.config import load
 from fleetscope.errors import SourceError
 from fleetscope.sources.netstat import NETSTAT_TABLE, NetstatReading
+
+from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
-
-
-class Families:
-    def __init__(self, metrics: list) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list:
-        return self.metrics
-
-
-def registry_of(metrics: list) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Families(metrics))  # type: ignore[arg-type]
-    return registry
 
 
 def test_mapping_by_table_and_absent_fields_stay_absent() -> None:

@@ -12,12 +12,12 @@ Nothing here raises into the caller.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import logging
 import os
 import random
 import threading
-import http.client
 import urllib.parse
 import weakref
 from collections import deque
