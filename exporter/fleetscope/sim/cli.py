@@ -122,7 +122,13 @@ def _ports_in_use(ports: list[int]) -> list[int]:
 def cmd_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from fleetscope.sim.cluster import SimCluster
-    from fleetscope.sim.prom import Alertmanager, Prometheus, alertmanager_available, find_binary, prometheus_config
+    from fleetscope.sim.prom import (
+        Alertmanager,
+        Prometheus,
+        alertmanager_available,
+        find_binary,
+        prometheus_config,
+    )
     from fleetscope.sim.schedules import DEMO_SCHEDULE
 
     if find_binary("prometheus") is None:
@@ -194,7 +200,8 @@ def cmd_simulate_node(args: argparse.Namespace) -> int:
     from fleetscope.sim.nodeproc import serve_node
     from fleetscope.sim.tree import NodePaths
 
-    serve_node(NodePaths(args.root), args.listen, args.interval)
+    settings = dict(item.partition("=")[::2] for item in args.set)
+    serve_node(NodePaths(args.root), args.listen, args.interval, settings)
     return 0
 
 
@@ -221,4 +228,6 @@ def register_node(sub: Any) -> None:
     parser.add_argument("--root", required=True, help="The node's directory written by the simulator.")
     parser.add_argument("--listen", required=True, help="host:port for /metrics and the push API.")
     parser.add_argument("--interval", type=float, default=2.5, help="Collection interval of every collector.")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="Any daemon setting, e.g. --set push.median-window=128 (repeatable).")
     parser.set_defaults(func=cmd_simulate_node)

@@ -44,6 +44,7 @@ class ClusterSpec:
     tick: float = 1.0  # seconds between model updates
     collector_interval: float = 2.5  # the node daemons' background collection interval
     seed: int = 1
+    daemon_settings: tuple[tuple[str, str], ...] = ()  # extra (key, value) config settings for every node daemon
 
     def node(self, name: str) -> NodeSpec:
         for spec in self.nodes:
@@ -187,7 +188,8 @@ class SimCluster:
                 node.process = subprocess.Popen(
                     [sys.executable, "-m", "fleetscope", "simulate-node", "--root", node.paths.root,
                      "--listen", f"{self.spec.host}:{node.spec.port}",
-                     "--interval", str(self.spec.collector_interval)],
+                     "--interval", str(self.spec.collector_interval),
+                     *(f"--set={key}={value}" for key, value in self.spec.daemon_settings)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 )
         self.wait_ready(ready_timeout)

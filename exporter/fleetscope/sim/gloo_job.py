@@ -7,10 +7,11 @@ Run one process per rank with the usual torchrun environment (``RANK``,
     python -m fleetscope.sim.gloo_job --seconds 120 [--slow-rank 2 --slowdown 0.2]
 
 Each step times its phases with the client: ``data`` (build a batch),
-``compute`` (forward, backward and optimizer step of a small MLP) and ``comm``
-(all-reduce of the gradients, which includes waiting for slower ranks). The
-slow rank stretches its compute by ``--slowdown`` of what it measured, the way
-a GPU at a lower clock would.
+``compute`` (forward, backward and optimizer step of a small MLP, plus
+``--device-ms`` of waiting that stands for the accelerator's kernel time) and
+``comm`` (all-reduce of the gradients, which includes waiting for slower
+ranks). The slow rank stretches its compute by ``--slowdown`` of what it
+measured, the way a GPU at a lower clock would.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import time
 
 
-def train(seconds: float, slow_rank: int, slowdown: float, width: int, batch: int) -> int:
+def train(seconds: float, slow_rank: int, slowdown: float, width: int, batch: int, device_seconds: float) -> int:
     import torch
     import torch.distributed as dist
 
@@ -50,17 +51,23 @@ def train(seconds: float, slow_rank: int, slowdown: float, width: int, batch: in
                 optimizer.zero_grad()
                 loss = torch.nn.functional.mse_loss(model(inputs), target)
                 loss.backward()
+                # The kernel time of the accelerator this CPU job stands in for: the host waits, as it
+                # would on a CUDA synchronize, so ranks sharing a few cores do not steal it from each other.
+                time.sleep(device_seconds)
                 if rank == slow_rank:
                     time.sleep(slowdown * (time.perf_counter() - started))
             with tracker.phase("comm"):
-                for param in model.parameters():
-                    grad = param.grad
-                    if grad is not None:
-                        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-                        grad.div_(world)
-                # Everyone stops on the same step: any rank past its deadline ends the run.
-                stop = torch.tensor([1.0 if time.monotonic() >= deadline else 0.0])
-                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+                # One all-reduce per step, like DDP's gradient buckets; the last slot carries "stop": any rank
+                # past its deadline ends the run, so every rank stops on the same step.
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                stop_flag = torch.tensor([1.0 if time.monotonic() >= deadline else 0.0])
+                flat = torch.cat([g.reshape(-1) for g in grads] + [stop_flag])
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+                offset = 0
+                for grad in grads:
+                    grad.copy_(flat[offset:offset + grad.numel()].view_as(grad) / world)
+                    offset += grad.numel()
+                stop = flat[-1:]
             with tracker.phase("compute"):  # phases add up: the optimizer is the rank's own work too
                 optimizer.step()
             step.loss = float(loss)
@@ -77,10 +84,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--slow-rank", type=int, default=-1, help="Rank whose compute is stretched (-1: none).")
     parser.add_argument("--slowdown", type=float, default=0.2, help="Extra compute of the slow rank (0.2 = 20%%).")
-    parser.add_argument("--width", type=int, default=384)
+    parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--device-ms", type=float, default=80.0,
+                        help="Accelerator time per step, spent waiting like a CUDA synchronize (0: CPU only).")
     args = parser.parse_args()
-    steps = train(args.seconds, args.slow_rank, args.slowdown, args.width, args.batch)
+    steps = train(args.seconds, args.slow_rank, args.slowdown, args.width, args.batch, args.device_ms / 1000)
     print(f"rank {os.environ.get('RANK')}: {steps} steps", flush=True)
     return 0
 

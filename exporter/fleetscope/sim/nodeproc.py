@@ -80,11 +80,11 @@ def build_node_collectors(config: Config, paths: NodePaths) -> dict[str, Any]:
     return built
 
 
-def serve_node(paths: NodePaths, listen: str, interval: float) -> None:
+def serve_node(paths: NodePaths, listen: str, interval: float, settings: Mapping[str, Any] | None = None) -> None:
     from fleetscope.daemon import build_daemon
     from fleetscope.sim.gpufeed import GpuFeed
 
-    config = node_config(paths, listen, interval)
+    config = node_config(paths, listen, interval, settings)
     feed = GpuFeed(paths)
     feed.install()
     feed.start()
