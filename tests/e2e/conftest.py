@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Callable
 
 import pytest
+
+from tests.conftest import require_binary
 
 
 def free_port_run(count: int, start: int = 21000) -> int:
@@ -32,7 +33,4 @@ def port_run() -> Callable[[int], int]:
 
 @pytest.fixture(scope="session")
 def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus server is not installed (Debian package prometheus)")
-    return binary
+    return require_binary("prometheus")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from fleetscope.dashboards import queries as dashboard_queries
 from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.detection import (
     AlertPattern,
@@ -120,6 +121,8 @@ class DetectionRun:
     strays: list[Sighting]
     healthy: list[Sighting]
     report: str
+    panels_without_data: list[str]
+    panel_count: int
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +155,16 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
         for watcher in watchers:
             watcher.stop()
         up = proms[0].targets_up()
+        # Every dashboard panel, asked of the fault run's Prometheus while the cluster still runs.
+        panel_queries = dashboard_queries()
+        panels_without_data = []
+        for query in panel_queries:
+            where = f"{query.dashboard} / {query.panel} ({query.ref_id})"
+            try:
+                if not proms[0].query(query.expr):
+                    panels_without_data.append(f"{where}: no data\n{query.expr}")
+            except Exception as exc:  # a refused query is a broken panel too; report it with the rest
+                panels_without_data.append(f"{where}: {exc}\n{query.expr}")
     finally:
         for cluster in clusters:
             cluster.stop()
@@ -169,11 +182,13 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
         "Rules": "alerts/fleetscope.e2e.rules.yml (production thresholds, compressed windows)",
         "Wall time": f"{time.time() - started:.0f} s",
         "Prometheus": _prometheus_version(prometheus_binary),
+        "Dashboards": f"{len(panel_queries) - len(panels_without_data)} of {len(panel_queries)} panel queries "
+                      "returned data from the fault run's Prometheus",
     })
     os.makedirs(os.path.dirname(REPORT), exist_ok=True)
     with open(REPORT, "w", encoding="utf-8") as handle:
         handle.write(report)
-    return DetectionRun(outcomes, strays, healthy_sightings, report)
+    return DetectionRun(outcomes, strays, healthy_sightings, report, panels_without_data, len(panel_queries))
 
 
 def _prometheus_version(binary: str) -> str:
@@ -205,6 +220,11 @@ def test_no_stray_alerts_in_the_fault_run(detection_run: DetectionRun) -> None:
     unexplained = [s.labels for s in detection_run.strays
                    if s.labels.get("training_job") not in gap_jobs and s.labels.get("instance") not in gap_nodes]
     assert unexplained == []
+
+
+def test_every_dashboard_panel_returns_data(detection_run: DetectionRun) -> None:
+    assert detection_run.panel_count > 100
+    assert not detection_run.panels_without_data, "\n\n".join(detection_run.panels_without_data)
 
 
 def test_healthy_run_fires_nothing(detection_run: DetectionRun) -> None:
