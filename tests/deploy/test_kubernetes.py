@@ -140,10 +140,18 @@ def test_probes_hit_the_daemons_health_routes(rendered: dict[str, list[dict[str,
     assert main["livenessProbe"]["httpGet"]["port"] in ports
 
 
-def test_resources_request_without_cpu_limit(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_resources_are_the_benchmarks_recommendation(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The DaemonSet carries exactly what docs/benchmarks.md derived from its last full run."""
+    import re
+
+    text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("## Kubernetes resources", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "docs/benchmarks.md has no recommended resources block"
+    recommended = yaml.safe_load(block.group(1))["resources"]
     resources = container(rendered["plain"])["resources"]
-    assert resources["requests"] == {"cpu": "50m", "memory": "64Mi"}
-    assert resources["limits"] == {"memory": "256Mi"}
+    assert resources == recommended
+    assert resources["requests"] == {"cpu": "15m", "memory": "80Mi"}
 
 
 def test_service_and_monitor_select_the_daemon(rendered: dict[str, list[dict[str, Any]]]) -> None:
