@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 # nvmlReturn_t codes (nvml.h)
@@ -166,6 +168,26 @@ class FakeGpu:
             self.throttle_reasons |= THROTTLE_BITS[reason]
 
 
+# Getters that write one integer read straight off the GPU model: one row each, not one method each.
+SCALAR_GETTERS: dict[str, Callable[[FakeGpu], Any]] = {
+    "nvmlDeviceGetIndex": attrgetter("index"),
+    "nvmlDeviceGetArchitecture": lambda gpu: ARCHITECTURES.get(gpu.architecture),
+    "nvmlDeviceGetPowerUsage": attrgetter("power_mw"),
+    "nvmlDeviceGetEnforcedPowerLimit": attrgetter("power_limit_mw"),
+    "nvmlDeviceGetTotalEnergyConsumption": attrgetter("energy_mj"),
+    "nvmlDeviceGetCurrentClocksEventReasons": attrgetter("throttle_reasons"),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": attrgetter("throttle_reasons"),
+    "nvmlDeviceGetPcieReplayCounter": attrgetter("pcie_replays"),
+    "nvmlDeviceGetCurrPcieLinkGeneration": attrgetter("pcie_generation"),
+    "nvmlDeviceGetMaxPcieLinkGeneration": attrgetter("pcie_max_generation"),
+    "nvmlDeviceGetCurrPcieLinkWidth": attrgetter("pcie_width"),
+    "nvmlDeviceGetMaxPcieLinkWidth": attrgetter("pcie_max_width"),
+    "nvmlDeviceGetPerformanceState": attrgetter("performance_state"),
+    "nvmlDeviceGetFanSpeed": attrgetter("fan_percent"),
+    "nvmlDeviceGetSupportedEventTypes": attrgetter("supported_events"),
+}
+
+
 class CFunction:
     """One exported symbol: callable like a ctypes function pointer, with a settable ``restype``."""
 
@@ -242,6 +264,8 @@ class FakeNvml:
         self._functions = {
             attr[1:]: CFunction(attr[1:], getattr(self, attr), self) for attr in dir(self) if attr.startswith("_nvml")
         }
+        for name, read in SCALAR_GETTERS.items():
+            self._functions[name] = CFunction(name, functools.partial(self._scalar_getter, name, read), self)
 
     # -- scenario API ----------------------------------------------------------------------------
 
@@ -319,6 +343,10 @@ class FakeNvml:
         writer(value)
         return SUCCESS
 
+    def _scalar_getter(self, function: str, read: Callable[[FakeGpu], Any], handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, function, read(gpu) if gpu else None, ref)
+
     def _scalar(self, handle: Any, function: str, value: Any, ref: Any) -> int:
         def write(v: Any) -> None:
             _out(ref).value = int(v)
@@ -388,10 +416,6 @@ class FakeNvml:
     def _nvmlDeviceGetVbiosVersion(self, handle: Any, buffer: Any, length: Any) -> int:
         return self._string_query(handle, "nvmlDeviceGetVbiosVersion", "vbios_version", buffer, length)
 
-    def _nvmlDeviceGetIndex(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetIndex", gpu.index if gpu else None, ref)
-
     def _nvmlDeviceGetPciInfo_v3(self, handle: Any, ref: Any) -> int:
         gpu = self._device(handle)
 
@@ -404,10 +428,6 @@ class FakeNvml:
             info.pciSubSystemId = 0x16C110DE
 
         return self._query(handle, "nvmlDeviceGetPciInfo_v3", gpu, write)
-
-    def _nvmlDeviceGetArchitecture(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetArchitecture", ARCHITECTURES.get(gpu.architecture) if gpu else None, ref)
 
     def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
         gpu = self._device(handle)
@@ -480,18 +500,6 @@ class FakeNvml:
             value = {0: gpu.shutdown_temperature, 1: gpu.slowdown_temperature}.get(kind)
         return self._scalar(handle, "nvmlDeviceGetTemperatureThreshold", value, ref)
 
-    def _nvmlDeviceGetPowerUsage(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetPowerUsage", gpu.power_mw if gpu else None, ref)
-
-    def _nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetEnforcedPowerLimit", gpu.power_limit_mw if gpu else None, ref)
-
-    def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetTotalEnergyConsumption", gpu.energy_mj if gpu else None, ref)
-
     def _clock(self, handle: Any, function: str, kind: Any, ref: Any, maximum: bool) -> int:
         gpu = self._device(handle)
         name = CLOCK_TYPES.get(_value(kind))
@@ -505,34 +513,6 @@ class FakeNvml:
 
     def _nvmlDeviceGetMaxClockInfo(self, handle: Any, kind: Any, ref: Any) -> int:
         return self._clock(handle, "nvmlDeviceGetMaxClockInfo", kind, ref, True)
-
-    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetCurrentClocksEventReasons", gpu.throttle_reasons if gpu else None, ref)
-
-    def _nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", gpu.throttle_reasons if gpu else None, ref)
-
-    def _nvmlDeviceGetPcieReplayCounter(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetPcieReplayCounter", gpu.pcie_replays if gpu else None, ref)
-
-    def _nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetCurrPcieLinkGeneration", gpu.pcie_generation if gpu else None, ref)
-
-    def _nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetMaxPcieLinkGeneration", gpu.pcie_max_generation if gpu else None, ref)
-
-    def _nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetCurrPcieLinkWidth", gpu.pcie_width if gpu else None, ref)
-
-    def _nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetMaxPcieLinkWidth", gpu.pcie_max_width if gpu else None, ref)
 
     def _nvmlDeviceGetPcieThroughput(self, handle: Any, counter: Any, ref: Any) -> int:
         gpu = self._device(handle)
@@ -549,14 +529,6 @@ class FakeNvml:
         elif gpu is not None and not gpu.lost:
             return ERROR_INVALID_ARGUMENT
         return self._scalar(handle, "nvmlDeviceGetNvLinkState", value, ref)
-
-    def _nvmlDeviceGetPerformanceState(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetPerformanceState", gpu.performance_state if gpu else None, ref)
-
-    def _nvmlDeviceGetFanSpeed(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetFanSpeed", gpu.fan_percent if gpu else None, ref)
 
     def _nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, ref: Any) -> int:
         gpu = self._device(handle)
@@ -726,10 +698,6 @@ class FakeNvml:
     def _nvmlEventSetFree(self, event_set: Any) -> int:
         with self._events:
             return SUCCESS if self._sets.pop(_address(event_set), None) is not None else ERROR_INVALID_ARGUMENT
-
-    def _nvmlDeviceGetSupportedEventTypes(self, handle: Any, ref: Any) -> int:
-        gpu = self._device(handle)
-        return self._scalar(handle, "nvmlDeviceGetSupportedEventTypes", gpu.supported_events if gpu else None, ref)
 
     def _nvmlDeviceRegisterEvents(self, handle: Any, types: Any, event_set: Any) -> int:
         gpu = self._device(handle)
