@@ -24,6 +24,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_port_run(count: int, start: int = 21000) -> int:
+    """The first port of ``count`` consecutive free ports (probed, not reserved)."""
+    for base in range(start, 60000, count + 13):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                s.bind(("127.0.0.1", port))
+                sockets.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError("no free ports")
+
+
 def require_binary(name: str) -> str:
     """Path of a binary the test needs; in CI a missing one fails instead of skipping."""
     path = shutil.which(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import httpx
@@ -11,23 +10,7 @@ from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.faults import parse_schedule
 from prometheus_client.parser import text_string_to_metric_families
 
-
-def _free_base_port(count: int) -> int:
-    """A run of ``count`` free ports (checked, not reserved: good enough on a test machine)."""
-    for base in range(20000, 60000, 97):
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                sockets.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free ports")
+from tests.conftest import free_port_run
 
 
 def _samples(url: str) -> dict[str, list]:
@@ -44,7 +27,7 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
         {"kind": "efa_device_missing", "at": 0, "node": "node-01", "device": "rdmap32s27"},
         {"kind": "rank_dies", "at": 0, "job": "job-a", "rank": 13},
     ])
-    spec = make_cluster(nodes=2, jobs=1, base_port=_free_base_port(2), faults=faults, step_seconds=1.0,
+    spec = make_cluster(nodes=2, jobs=1, base_port=free_port_run(2), faults=faults, step_seconds=1.0,
                         collector_interval=1.0)
     cluster = SimCluster(spec, str(scratch))
     cluster.start()
