@@ -330,6 +330,19 @@ def numa_node_of(pci_address: str) -> int:
     return 0 if int(pci_address.split(":")[1], 16) < 0x80 else 1
 
 
+# The kernel prints the same fields for Udp and UdpLite.
+_UDP_FIELDS = (
+    "InDatagrams",
+    "NoPorts",
+    "InErrors",
+    "OutDatagrams",
+    "RcvbufErrors",
+    "SndbufErrors",
+    "InCsumErrors",
+    "IgnoredMulti",
+    "MemErrors",
+)
+
 # Field names of /proc/net/snmp and /proc/net/netstat on a 6.x kernel, in kernel order.
 SNMP_FIELDS: dict[str, tuple[str, ...]] = {
     "Ip": (
@@ -403,28 +416,8 @@ SNMP_FIELDS: dict[str, tuple[str, ...]] = {
         "OutRsts",
         "InCsumErrors",
     ),
-    "Udp": (
-        "InDatagrams",
-        "NoPorts",
-        "InErrors",
-        "OutDatagrams",
-        "RcvbufErrors",
-        "SndbufErrors",
-        "InCsumErrors",
-        "IgnoredMulti",
-        "MemErrors",
-    ),
-    "UdpLite": (
-        "InDatagrams",
-        "NoPorts",
-        "InErrors",
-        "OutDatagrams",
-        "RcvbufErrors",
-        "SndbufErrors",
-        "InCsumErrors",
-        "IgnoredMulti",
-        "MemErrors",
-    ),
+    "Udp": _UDP_FIELDS,
+    "UdpLite": _UDP_FIELDS,
 }
 NETSTAT_FIELDS: dict[str, tuple[str, ...]] = {
     "TcpExt": (
