@@ -6,11 +6,11 @@ HELP/TYPE block for the same name, so values are grouped here before output.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from fleetscope.spec import MetricSpec, MetricTable
+from fleetscope.spec import MetricSpec
 
 
 class FamilyBuilder:
@@ -56,20 +56,5 @@ class FamilyBuilder:
         family = self._family(spec)
         family.add_metric(label_values, {k: str(info.get(k, "") or "") for k in spec.info_keys})
 
-    def ensure(self, spec: MetricSpec) -> None:
-        """Declare a family even without samples (so HELP/TYPE appear)."""
-        self._family(spec)
-
     def families(self) -> list[Metric]:
         return [f for f in self._families.values() if f.samples]
-
-    def all_families(self) -> list[Metric]:
-        return list(self._families.values())
-
-
-def build(table: MetricTable, rows: Iterable[tuple[str, Iterable[str], float | int | None]]) -> list[Metric]:
-    """Convenience: build families from (key, labels, value) rows of one table."""
-    builder = FamilyBuilder()
-    for key, labels, value in rows:
-        builder.add(table[key], labels, value)
-    return builder.families()
