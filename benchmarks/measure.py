@@ -93,12 +93,12 @@ def series_by_metric(text: str) -> dict[str, int]:
 
 def collector_of_metrics() -> dict[str, str]:
     """Exported sample name -> collector, from the metric tables (the catalog's source)."""
-    from fleetscope.catalog import all_tables
+    from fleetscope.metrics import ALL_TABLES
 
     owner: dict[str, str] = {}
-    for collector, table in all_tables():
+    for table in ALL_TABLES:
         for spec in table:
-            owner.setdefault(spec.name, collector)  # names already carry their _total / _info suffix
+            owner.setdefault(spec.name, table.collector)  # names already carry their _total / _info suffix
     return owner
 
 

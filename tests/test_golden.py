@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
-from fleetscope.sources.efa import EFA_TABLE
+from fleetscope.metrics import efa
 from tests.conftest import FIXTURES, ROOT, free_port, require_binary
 from tests.fixtures import make_fixtures as mk
 
@@ -182,14 +182,14 @@ def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
     checked = 0
     for device, (port_counters, device_counters) in mk.p5_efa_values().items():
         for raw, value in port_counters.items():
-            key = (EFA_TABLE[raw].name, (("device", device), ("port", "1")))
+            key = (efa.TABLE[raw].name, (("device", device), ("port", "1")))
             assert samples.get(key) == value, key
             checked += 1
         for raw, value in device_counters.items():
             labels = {"device": device}
             if raw.endswith("_err") and raw != "cmds_err":
                 labels["operation"] = raw.removesuffix("_err")
-            key = (EFA_TABLE[raw].name, tuple(sorted(labels.items())))
+            key = (efa.TABLE[raw].name, tuple(sorted(labels.items())))
             assert samples.get(key) == value, key
             checked += 1
     assert checked == 32 * (22 + 14)

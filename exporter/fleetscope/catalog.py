@@ -1,38 +1,13 @@
-"""The metric catalog: every metric fleetscope can export, from the code's tables.
+"""The metric catalog, ``docs/metrics.md``: every metric fleetscope can export, rendered from the contract.
 
-``docs/metrics.md`` is this module's output; a test fails when the committed
-file differs, and rules and dashboards may only use names listed here.
+A test fails when the committed file differs from :func:`render_catalog`.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Iterable
 
-from fleetscope.collectors import REGISTRY, CollectorEntry
-from fleetscope.engine import ENGINE_TABLE
-from fleetscope.spec import MetricSpec, MetricTable
-
-
-def all_tables(registry: Mapping[str, CollectorEntry] = REGISTRY) -> list[tuple[str, MetricTable]]:
-    """(collector name, table) for the engine and every registered collector."""
-    out: list[tuple[str, MetricTable]] = [("engine", ENGINE_TABLE)]
-    for name, entry in registry.items():
-        for tbl in entry.load().tables:
-            out.append((name, tbl))
-    return out
-
-
-def catalog_metrics(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, MetricSpec]:
-    """Metric name → spec. A name declared twice with different meaning is an error."""
-    metrics: dict[str, MetricSpec] = {}
-    for _, tbl in all_tables(registry):
-        for spec in tbl:
-            previous = metrics.get(spec.name)
-            if previous is not None and (previous.kind, previous.labels) != (spec.kind, spec.labels):
-                raise ValueError(f"{spec.name} is declared twice with different type or labels")
-            metrics.setdefault(spec.name, spec)
-    return metrics
-
+from fleetscope.metrics import ALL_TABLES, MetricSpec, MetricTable
 
 
 def _row(spec: MetricSpec) -> str:
@@ -41,7 +16,7 @@ def _row(spec: MetricSpec) -> str:
     return f"| `{spec.name}` | {spec.kind} | {labels} | {spec.unit or ''} | {raw} | {spec.help.replace('|', '/')} |"
 
 
-def render_catalog(registry: Mapping[str, CollectorEntry] = REGISTRY) -> str:
+def render_catalog(tables: Iterable[MetricTable] = ALL_TABLES) -> str:
     lines = [
         "# Metric catalog",
         "",
@@ -54,13 +29,13 @@ def render_catalog(registry: Mapping[str, CollectorEntry] = REGISTRY) -> str:
         "",
     ]
     seen: set[str] = set()
-    for collector, tbl in all_tables(registry):
+    for tbl in tables:
         rows = [spec for spec in tbl if spec.name not in seen]
         if not rows:
             continue
         seen.update(spec.name for spec in rows)
         lines += [
-            f"## {tbl.source} (collector `{collector}`)",
+            f"## {tbl.source} (collector `{tbl.collector}`)",
             "",
             tbl.description,
             "",
@@ -70,5 +45,3 @@ def render_catalog(registry: Mapping[str, CollectorEntry] = REGISTRY) -> str:
         lines += [_row(spec) for spec in rows]
         lines.append("")
     return "\n".join(lines)
-
-

@@ -25,37 +25,17 @@ from prometheus_client.core import Metric
 from fleetscope import __version__
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
-from fleetscope.spec import MetricSpec, table
+from fleetscope.metrics.engine import (
+    BUILD_INFO,
+    COLLECTOR_DURATION_SECONDS,
+    COLLECTOR_HARDWARE_PRESENT,
+    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    COLLECTOR_SUCCESS,
+)
 
 logger = logging.getLogger("fleetscope.engine")
 
 Status = Literal["pending", "ok", "no_hardware", "failed", "timeout"]
-
-_LABELS = ("collector",)
-ENGINE_TABLE = table(
-    "engine",
-    "The daemon's report on its own collectors.",
-    [
-        ("success", MetricSpec(
-            "fleetscope_collector_success", "gauge",
-            "1 if the collector's last attempt succeeded (no hardware counts as success), 0 if it failed or timed out.",
-            _LABELS)),
-        ("duration", MetricSpec(
-            "fleetscope_collector_duration_seconds", "gauge",
-            "Duration of the collector's last attempt (time so far, if it is still running past its timeout).",
-            _LABELS, unit="seconds")),
-        ("last_success", MetricSpec(
-            "fleetscope_collector_last_success_timestamp_seconds", "gauge",
-            "Unix time of the collector's last successful attempt.", _LABELS, unit="seconds")),
-        ("hardware_present", MetricSpec(
-            "fleetscope_collector_hardware_present", "gauge",
-            "1 if the collector found its hardware on this node, 0 if the hardware is absent.", _LABELS)),
-        ("build", MetricSpec(
-            "fleetscope_build_info", "info", "fleetscope version and Python runtime.", (),
-            info_keys=("version", "python"))),
-    ],
-)
-
 
 @dataclass
 class Reading:
@@ -298,11 +278,11 @@ class Engine:
                 continue
             labels = (runner.name,)
             success = reading.status in ("ok", "no_hardware")
-            builder.add(ENGINE_TABLE["success"], labels, 1 if success else 0)
-            builder.add(ENGINE_TABLE["duration"], labels, reading.duration)
-            builder.add(ENGINE_TABLE["last_success"], labels, last_success)
-            builder.add(ENGINE_TABLE["hardware_present"], labels, 1 if present else 0)
-        builder.add_info(ENGINE_TABLE["build"], (), {"version": __version__, "python": platform.python_version()})
+            builder.add(COLLECTOR_SUCCESS, labels, 1 if success else 0)
+            builder.add(COLLECTOR_DURATION_SECONDS, labels, reading.duration)
+            builder.add(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, labels, last_success)
+            builder.add(COLLECTOR_HARDWARE_PRESENT, labels, 1 if present else 0)
+        builder.add_info(BUILD_INFO, (), {"version": __version__, "python": platform.python_version()})
         return builder.families(), served
 
     def collect(self) -> Iterable[Metric]:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from fleetscope.spec import MetricSpec
+from fleetscope.metrics import MetricSpec
 
 
 class FamilyBuilder:

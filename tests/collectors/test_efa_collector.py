@@ -8,7 +8,8 @@ from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
-from fleetscope.sources.efa import EFA_TABLE, CounterSet, EfaDevice, EfaPort, EfaReading
+from fleetscope.metrics import efa
+from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading
 
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
@@ -147,7 +148,7 @@ def test_every_exported_name_is_in_the_table() -> None:
     metrics = efa_families(
         EfaReading((device(port_values={"tx_bytes": 1, "zz": 2}, device_values={"mmap_err": 3}),), 1, True), 4
     )
-    declared = {spec.name for spec in EFA_TABLE}
+    declared = {spec.name for spec in efa.TABLE}
     for metric in metrics:
         for sample in metric.samples:
             assert sample.name in declared
@@ -162,12 +163,12 @@ def test_p5_collector_exports_all_devices_and_nothing_for_mlx5() -> None:
     assert registry.get_sample_value("fleetscope_efa_expected_devices") == 32
     for name, (port_counters, device_counters) in mk.p5_efa_values().items():
         for raw, value in port_counters.items():
-            assert registry.get_sample_value(EFA_TABLE[raw].name, {"device": name, "port": "1"}) == value, raw
+            assert registry.get_sample_value(efa.TABLE[raw].name, {"device": name, "port": "1"}) == value, raw
         for raw, value in device_counters.items():
             labels = {"device": name}
             if raw.endswith("_err") and raw != "cmds_err":
                 labels["operation"] = raw.removesuffix("_err")
-            assert registry.get_sample_value(EFA_TABLE[raw].name, labels) == value, raw
+            assert registry.get_sample_value(efa.TABLE[raw].name, labels) == value, raw
     for metric in registry.collect():
         assert all(sample.labels.get("device") != "mlx5_0" for sample in metric.samples)
 
@@ -271,7 +272,7 @@ def test_old_driver_exports_no_srd_series_at_all() -> None:
         "unresponsive_remote_events",
         "impaired_remote_conn_events",
     ):
-        assert EFA_TABLE[raw].name not in names
+        assert efa.TABLE[raw].name not in names
     assert "fleetscope_efa_rx_drops_total" in names
     registry = registry_of(metrics)
     assert (

@@ -12,9 +12,10 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.collectors import REGISTRY
-from fleetscope.collectors.ena import ENA_TABLE, EnaCollector
+from fleetscope.collectors.ena import EnaCollector
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware, SourceError
+from fleetscope.metrics import ena
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
 from tests.conftest import require_binary
 
@@ -89,12 +90,12 @@ def test_only_table_statistics_are_exported() -> None:
     families = collector(iface("ens5", CURRENT_DRIVER)).collect()
     exported = {name for name, _ in samples(families)}
     assert not any("queue" in name or "srd" in name or "admin_q" in name for name in exported)
-    table_names = {spec.name for spec in ENA_TABLE}
+    table_names = {spec.name for spec in ena.TABLE}
     # counters expose <family>_total samples; every sample name comes from the table
     assert exported <= table_names
-    reason_metric = "fleetscope_ena_reset_reasons_total"
+    reason_metric = str(ena.RESET_REASONS_TOTAL)
     reasons = {dict(labels)["reason"] for name, labels in samples(families) if name == reason_metric}
-    assert reasons == {key for key, spec in ENA_TABLE.specs.items() if spec.name == reason_metric}
+    assert reasons == set(ena.RESET_REASONS)
 
 
 def test_older_driver_leaves_missing_statistics_absent_not_zero() -> None:

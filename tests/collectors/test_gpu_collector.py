@@ -440,6 +440,6 @@ def test_collector_imports_without_loading_pynvml() -> None:
 
 
 def test_job_info_has_no_per_pid_labels() -> None:
-    from fleetscope.sources.gpu_jobs import JOBS_TABLE
+    from fleetscope.metrics.gpu import JOB_INFO
 
-    assert not re.search(r"pid", " ".join(JOBS_TABLE["job_info"].all_labels))
+    assert not re.search(r"pid", " ".join(JOB_INFO.all_labels))

@@ -6,7 +6,8 @@ import pytest
 from fleetscope.collectors.netdev import NetdevCollector, netdev_families, netdev_findings
 from fleetscope.config import load
 from fleetscope.errors import NoHardware
-from fleetscope.sources.netdev import NETDEV_TABLE, NetInterface
+from fleetscope.metrics import netdev
+from fleetscope.sources.netdev import STATISTICS, NetInterface
 
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
@@ -96,7 +97,7 @@ def test_p5_collector_exports_the_ena_interface_only() -> None:
         "tx_errors",
         "tx_dropped",
     ):
-        assert registry.get_sample_value(NETDEV_TABLE[raw].name, {"device": "ens32"}) == expected[raw]
+        assert registry.get_sample_value(netdev.TABLE[raw].name, {"device": "ens32"}) == expected[raw]
     devices = {s.labels["device"] for m in registry.collect() for s in m.samples}
     assert devices == {"ens32"}
     assert NetdevCollector(config).health() == []
@@ -130,3 +131,7 @@ def test_malformed_tree_finding_and_partial_values() -> None:
 def test_nothing_selected_is_no_hardware(tmp_path: object) -> None:
     with pytest.raises(NoHardware):
         NetdevCollector(load({"path.sysfs": str(tmp_path)}, environ={})).collect()
+
+
+def test_every_statistic_the_reader_reads_has_a_metric() -> None:
+    assert tuple(netdev.STATISTICS) == STATISTICS

@@ -6,7 +6,8 @@ import pytest
 from fleetscope.collectors.netstat import NetstatCollector, netstat_families
 from fleetscope.config import load
 from fleetscope.errors import SourceError
-from fleetscope.sources.netstat import NETSTAT_TABLE, NetstatReading
+from fleetscope.metrics import netstat
+from fleetscope.sources.netstat import NetstatReading
 
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
@@ -31,11 +32,11 @@ def test_p5_collector_exports_each_table_field_exactly() -> None:
     registry = registry_of(
         NetstatCollector(load({"path.procfs": os.path.join(FIXTURES, "p5", "proc")}, environ={})).collect()
     )
-    snmp, netstat = mk.proc_values("p5")
-    for key, spec in NETSTAT_TABLE.specs.items():
+    snmp, extended = mk.proc_values("p5")
+    for key, spec in netstat.TABLE.specs.items():
         section, _, name = key.partition(".")
         assert (
-            registry.get_sample_value(spec.name) == (snmp if section in snmp else netstat)[section][name]
+            registry.get_sample_value(spec.name) == (snmp if section in snmp else extended)[section][name]
         ), key
 
 

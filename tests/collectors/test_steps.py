@@ -6,7 +6,7 @@ from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.push.gateway import parse_exposition
 from fleetscope.push.models import StepRecord
-from fleetscope.spec import MetricSpec
+from fleetscope.metrics import MetricSpec
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics

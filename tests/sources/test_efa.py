@@ -7,10 +7,9 @@ import shutil
 import pytest
 
 from fleetscope.fixtures import EFA_PORT_NETWORK, EFA_PORT_RDMA_WRITE, P5_EFA_PCI_ADDRESSES, write_efa_device
+from fleetscope.metrics import efa
+from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
 from fleetscope.sources.efa import (
-    DEVICE_COUNTERS,
-    EFA_TABLE,
-    PORT_COUNTERS,
     EfaDevice,
     parse_counter,
     parse_hex_id,
@@ -96,7 +95,7 @@ def test_table_scopes_cover_every_driver_counter_once() -> None:
     assert {"submitted_cmds", "cmds_err", "alloc_pd_err", "get_dma_mr_err"} <= DEVICE_COUNTERS
     assert "lifespan" not in PORT_COUNTERS | DEVICE_COUNTERS
     for raw in PORT_COUNTERS | DEVICE_COUNTERS:
-        assert EFA_TABLE[raw].kind == "counter"
+        assert efa.TABLE[raw].kind == "counter"
 
 
 # -- fixture trees -------------------------------------------------------------------------------------

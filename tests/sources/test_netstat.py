@@ -6,7 +6,8 @@ import pytest
 
 from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root
-from fleetscope.sources.netstat import NETSTAT_TABLE, parse_pairs, read_netstat
+from fleetscope.metrics import netstat
+from fleetscope.sources.netstat import parse_pairs, read_netstat
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 
@@ -37,13 +38,13 @@ def test_parse_pairs(text: str, expected: dict[tuple[str, str], int]) -> None:
 
 def test_p5_counters_by_name() -> None:
     reading = read_netstat(Root(os.path.join(FIXTURES, "p5", "proc")))
-    snmp, netstat = mk.proc_values("p5")
-    for key in NETSTAT_TABLE.specs:
+    snmp, extended = mk.proc_values("p5")
+    for key in netstat.TABLE.specs:
         section, _, name = key.partition(".")
-        written = (snmp if section in snmp else netstat)[section][name]
+        written = (snmp if section in snmp else extended)[section][name]
         assert reading.get(key) == written
     assert reading.get("Tcp.MaxConn") == -1
-    assert len(reading.values) == sum(len(s) for s in snmp.values()) + sum(len(s) for s in netstat.values())
+    assert len(reading.values) == sum(len(s) for s in snmp.values()) + sum(len(s) for s in extended.values())
 
 
 def test_malformed_skips_out_of_step_section_and_bad_value() -> None:

@@ -10,14 +10,9 @@ from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
-from fleetscope.sources.efa import (
-    DEVICE_COUNTERS,
-    EFA_TABLE,
-    PORT_COUNTERS,
-    VERBS_ERRORS,
-    EfaReading,
-    read_efa,
-)
+from fleetscope.metrics import efa
+from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
+from fleetscope.sources.efa import EfaReading, read_efa
 from fleetscope.sources.fs import Root
 
 ACTIVE = "ACTIVE"
@@ -25,20 +20,20 @@ ACTIVE = "ACTIVE"
 
 def _in_table_order(values: Mapping[str, int]) -> list[tuple[str, int]]:
     """Known counters in the table's order, then unknown ones by name: a stable, readable exposition."""
-    order = {key: index for index, key in enumerate(EFA_TABLE.specs)}
+    order = {key: index for index, key in enumerate(efa.TABLE.specs)}
     return sorted(values.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
 
 
 def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
     """Map one reading to metric families (pure: no file access)."""
     builder = FamilyBuilder()
-    builder.add(EFA_TABLE["devices"], (), len(reading.devices))
+    builder.add(efa.DEVICES, (), len(reading.devices))
     if expected_count:
-        builder.add(EFA_TABLE["expected_devices"], (), expected_count)
+        builder.add(efa.EXPECTED_DEVICES, (), expected_count)
     for device in reading.devices:
         first_port = device.ports[0] if device.ports else None
         builder.add_info(
-            EFA_TABLE["info"],
+            efa.INFO,
             (device.name,),
             {
                 "pci_address": device.pci_address,
@@ -50,21 +45,21 @@ def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
             },
         )
         for raw, value in _in_table_order(device.counters.values):
-            spec = EFA_TABLE.get(raw) if raw in DEVICE_COUNTERS else None
-            if spec is VERBS_ERRORS:
-                builder.add(VERBS_ERRORS, (device.name, raw.removesuffix("_err")), value)
+            spec = efa.TABLE.get(raw) if raw in DEVICE_COUNTERS else None
+            if spec is efa.VERBS_ERRORS_TOTAL:
+                builder.add(spec, (device.name, raw.removesuffix("_err")), value)
             elif spec is not None:
                 builder.add(spec, (device.name,), value)
             else:
-                builder.add(EFA_TABLE["device_counter"], (device.name, raw), value)
+                builder.add(efa.DEVICE_HW_STAT_TOTAL, (device.name, raw), value)
         for port in device.ports:
             port_labels = (device.name, str(port.number))
-            builder.add(EFA_TABLE["rate"], port_labels, port.rate_bytes_per_second)
+            builder.add(efa.PORT_RATE_BYTES_PER_SECOND, port_labels, port.rate_bytes_per_second)
             for raw, value in _in_table_order(port.counters.values):
                 if raw in PORT_COUNTERS:
-                    builder.add(EFA_TABLE[raw], port_labels, value)
+                    builder.add(efa.TABLE[raw], port_labels, value)
                 else:
-                    builder.add(EFA_TABLE["port_counter"], (*port_labels, raw), value)
+                    builder.add(efa.PORT_HW_STAT_TOTAL, (*port_labels, raw), value)
     return builder.families()
 
 
@@ -114,7 +109,7 @@ def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
 
 class EfaCollector:
     name = "efa"
-    tables = (EFA_TABLE,)
+    tables = (efa.TABLE,)
 
     def __init__(self, config: Config) -> None:
         self.sysfs = Root(config.path.sysfs)

@@ -22,12 +22,13 @@ from fleetscope.config import Config
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
+from fleetscope.metrics import gpu
 from fleetscope.sources.fs import Root
-from fleetscope.sources.gpu_jobs import JOBS_TABLE, JobAttribution, attribute
+from fleetscope.sources.gpu_jobs import JobAttribution, attribute
 from fleetscope.sources.kmsg import KmsgReader, boot_time
-from fleetscope.sources.nvml import NVML_TABLE, GpuIdentity, NvmlReading, NvmlSource
-from fleetscope.sources.pci import PCI_TABLE, PciGpu, list_gpus
-from fleetscope.sources.xid import XID_TABLE, PciAddress, XidLedger, XidSighting, is_fatal, xid_action
+from fleetscope.sources.nvml import GpuIdentity, NvmlReading, NvmlSource
+from fleetscope.sources.pci import PciGpu, list_gpus
+from fleetscope.sources.xid import PciAddress, XidLedger, XidSighting, is_fatal, xid_action
 
 logger = logging.getLogger("fleetscope.collectors.gpu")
 
@@ -50,7 +51,7 @@ class GpuSnapshot:
 
 class GpuCollector:
     name = "gpu"
-    tables = (NVML_TABLE, PCI_TABLE, XID_TABLE, JOBS_TABLE)
+    tables = gpu.TABLES
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -111,8 +112,8 @@ class GpuCollector:
     def _labels_by_pci(self, nvml: NvmlReading | None, pci_gpus: tuple[PciGpu, ...]) -> dict[PciAddress, tuple[str, str]]:
         """(gpu, uuid) labels for a PCI address: NVML's identity, else PCI bus order (NVML's own enumeration order)."""
         out: dict[PciAddress, tuple[str, str]] = {}
-        for position, gpu in enumerate(pci_gpus):
-            out[gpu.pci] = (str(position), self._kmsg_uuids.get(gpu.pci, ""))
+        for position, pci_gpu in enumerate(pci_gpus):
+            out[pci_gpu.pci] = (str(position), self._kmsg_uuids.get(pci_gpu.pci, ""))
         if nvml is not None:
             for identity in [s.identity for s in nvml.samples] + list(nvml.lost):
                 if identity.pci is not None:
@@ -139,37 +140,37 @@ class GpuCollector:
         builder = FamilyBuilder()
         nvml = snapshot.nvml
         if nvml is not None:
-            builder.add(NVML_TABLE["nvml_devices"], (), nvml.device_count)
+            builder.add(gpu.NVML_DEVICES, (), nvml.device_count)
             for sample in nvml.samples:
                 self._add_identity(builder, sample.identity, nvml)
-                gpu = (str(sample.identity.index), sample.identity.uuid)
-                builder.add(NVML_TABLE["lost"], gpu, 0)
+                labels = (str(sample.identity.index), sample.identity.uuid)
+                builder.add(gpu.LOST, labels, 0)
                 for key, value in sample.scalars.items():
-                    builder.add(NVML_TABLE[key], gpu, value)
+                    builder.add(gpu.NVML_TABLE[key], labels, value)
                 for key, values in sample.labelled.items():
                     for extra, value in values.items():
-                        builder.add(NVML_TABLE[key], gpu + extra, value)
+                        builder.add(gpu.NVML_TABLE[key], labels + extra, value)
             for identity in nvml.lost:
                 identity = self._lost_identity(identity, snapshot)
                 self._add_identity(builder, identity, nvml)
-                builder.add(NVML_TABLE["lost"], (str(identity.index), identity.uuid), 1)
-        builder.add(PCI_TABLE["pci_devices"], (), len(snapshot.pci_gpus))
+                builder.add(gpu.LOST, (str(identity.index), identity.uuid), 1)
+        builder.add(gpu.PCI_DEVICES, (), len(snapshot.pci_gpus))
         if self.config.gpu.expected_count > 0:
-            builder.add(PCI_TABLE["expected_devices"], (), self.config.gpu.expected_count)
+            builder.add(gpu.EXPECTED_DEVICES, (), self.config.gpu.expected_count)
         for (pci, xid), count in sorted(snapshot.xid_counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            builder.add(XID_TABLE["xid_total"], self._gpu_labels(snapshot, pci) + (str(xid), xid_action(xid)), count)
+            builder.add(gpu.XID_ERRORS_TOTAL, self._gpu_labels(snapshot, pci) + (str(xid), xid_action(xid)), count)
         for pci, stamp in snapshot.xid_last.items():
-            builder.add(XID_TABLE["last_xid"], self._gpu_labels(snapshot, pci), stamp)
+            builder.add(gpu.LAST_XID_TIMESTAMP_SECONDS, self._gpu_labels(snapshot, pci), stamp)
         if nvml is not None:
             uuids = {s.identity.index: s.identity.uuid for s in nvml.samples}
             for index, jobs in snapshot.jobs.items():
                 for job in jobs:
-                    builder.add_info(JOBS_TABLE["job_info"], (str(index), uuids.get(index, "")), job.info())
+                    builder.add_info(gpu.JOB_INFO, (str(index), uuids.get(index, "")), job.info())
         return builder.families()
 
     @staticmethod
     def _add_identity(builder: FamilyBuilder, identity: GpuIdentity, nvml: NvmlReading) -> None:
-        builder.add_info(NVML_TABLE["info"], (str(identity.index), identity.uuid), {
+        builder.add_info(gpu.INFO, (str(identity.index), identity.uuid), {
             "name": identity.name, "serial": identity.serial, "pci_bus_id": identity.pci_bus_id,
             "vbios_version": identity.vbios_version, "driver_version": nvml.driver_version,
             "nvml_version": nvml.nvml_version, "mig_mode": identity.mig_mode, "architecture": identity.architecture,
@@ -232,6 +233,6 @@ def findings(snapshot: GpuSnapshot, expected: int, xid_window: float, gpu_of: An
         if is_fatal(sighting.xid):
             key = (str(gpu_of(sighting.pci)), sighting.xid)
             fatal[key] = fatal.get(key, 0) + 1
-    for (gpu, xid), count in sorted(fatal.items()):
-        bad(f"gpu {gpu}", f"Xid {xid} ({xid_action(xid)}) x{count} in the last {xid_window:.0f}s")
+    for (index, xid), count in sorted(fatal.items()):
+        bad(f"gpu {index}", f"Xid {xid} ({xid_action(xid)}) x{count} in the last {xid_window:.0f}s")
     return out

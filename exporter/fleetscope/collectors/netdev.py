@@ -11,7 +11,8 @@ from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.sources.fs import Root
-from fleetscope.sources.netdev import NETDEV_TABLE, STATISTICS, NetInterface, read_netdev
+from fleetscope.metrics import netdev
+from fleetscope.sources.netdev import NetInterface, read_netdev
 
 
 def netdev_families(interfaces: Iterable[NetInterface]) -> list[Metric]:
@@ -19,15 +20,15 @@ def netdev_families(interfaces: Iterable[NetInterface]) -> list[Metric]:
     builder = FamilyBuilder()
     for interface in interfaces:
         labels = (interface.name,)
-        for stat in STATISTICS:
-            builder.add(NETDEV_TABLE[stat], labels, interface.stats.get(stat))
-        builder.add(NETDEV_TABLE["carrier_changes"], labels, interface.carrier_changes)
+        for stat, spec in netdev.STATISTICS.items():
+            builder.add(spec, labels, interface.stats.get(stat))
+        builder.add(netdev.CARRIER_CHANGES_TOTAL, labels, interface.carrier_changes)
         if interface.operstate is not None:
-            builder.add(NETDEV_TABLE["up"], labels, 1 if interface.up else 0)
-        builder.add(NETDEV_TABLE["speed"], labels, interface.speed_mbps)
-        builder.add(NETDEV_TABLE["mtu"], labels, interface.mtu)
+            builder.add(netdev.UP, labels, 1 if interface.up else 0)
+        builder.add(netdev.SPEED_BYTES_PER_SECOND, labels, interface.speed_mbps)
+        builder.add(netdev.MTU_BYTES, labels, interface.mtu)
         builder.add_info(
-            NETDEV_TABLE["info"],
+            netdev.INFO,
             labels,
             {
                 "operstate": interface.operstate or "",
@@ -54,7 +55,7 @@ def netdev_findings(interfaces: Iterable[NetInterface]) -> list[Finding]:
 
 class NetdevCollector:
     name = "netdev"
-    tables = (NETDEV_TABLE,)
+    tables = (netdev.TABLE,)
 
     def __init__(self, config: Config) -> None:
         self.sysfs = Root(config.path.sysfs)

@@ -7,20 +7,21 @@ from prometheus_client.core import Metric
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.sources.fs import Root
-from fleetscope.sources.netstat import NETSTAT_TABLE, NetstatReading, read_netstat
+from fleetscope.metrics import netstat
+from fleetscope.sources.netstat import NetstatReading, read_netstat
 
 
 def netstat_families(reading: NetstatReading) -> list[Metric]:
     """Map a reading to metric families (pure: no file access); a field the kernel lacks stays absent."""
     builder = FamilyBuilder()
-    for key, spec in NETSTAT_TABLE.specs.items():
+    for key, spec in netstat.TABLE.specs.items():
         builder.add(spec, (), reading.get(key))
     return builder.families()
 
 
 class NetstatCollector:
     name = "netstat"
-    tables = (NETSTAT_TABLE,)
+    tables = (netstat.TABLE,)
 
     def __init__(self, config: Config) -> None:
         self.procfs = Root(config.path.procfs)

@@ -14,9 +14,9 @@ from prometheus_client.core import Metric
 
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
+from fleetscope.metrics import push, training
 from fleetscope.push.gateway import GroupStore, GroupView, owned_names
 from fleetscope.push.store import DURATIONS, RankView, StepStore, StoreView
-from fleetscope.push.tables import PUSH_TABLE, STEPS_TABLE
 
 
 def _label(value: int | None) -> str:
@@ -26,18 +26,18 @@ def _label(value: int | None) -> str:
 
 def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
     labels = (rank.job, str(rank.rank), _label(rank.local_rank), _label(rank.pp_stage))
-    builder.add(STEPS_TABLE["step"], labels, rank.steps)
+    builder.add(training.TABLE["step"], labels, rank.steps)
     for name in DURATIONS:
-        builder.add(STEPS_TABLE[f"{name}_seconds"], labels, rank.seconds.get(name))
-        builder.add(STEPS_TABLE[f"{name}_median"], labels, rank.medians.get(name))
-    builder.add(STEPS_TABLE["tokens"], labels, rank.tokens)
-    builder.add(STEPS_TABLE["samples"], labels, rank.samples)
-    builder.add(STEPS_TABLE["last_step"], labels, rank.last_step)
-    builder.add(STEPS_TABLE["timestamp"], labels, rank.last_step_timestamp)
-    builder.add(STEPS_TABLE["last_push"], labels, rank.last_push_timestamp)
-    builder.add(STEPS_TABLE["loss"], labels, rank.loss)
+        builder.add(training.TABLE[f"{name}_seconds"], labels, rank.seconds.get(name))
+        builder.add(training.TABLE[f"{name}_median"], labels, rank.medians.get(name))
+    builder.add(training.TABLE["tokens"], labels, rank.tokens)
+    builder.add(training.TABLE["samples"], labels, rank.samples)
+    builder.add(training.TABLE["last_step"], labels, rank.last_step)
+    builder.add(training.TABLE["timestamp"], labels, rank.last_step_timestamp)
+    builder.add(training.TABLE["last_push"], labels, rank.last_push_timestamp)
+    builder.add(training.TABLE["loss"], labels, rank.loss)
     builder.add_info(
-        STEPS_TABLE["rank_info"],
+        training.TABLE["rank_info"],
         labels,
         {
             "dp_rank": _label(rank.dp_rank),
@@ -48,14 +48,14 @@ def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
 
 
 def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_expired: int) -> None:
-    builder.add(PUSH_TABLE["records"], (), view.records_total)
+    builder.add(push.TABLE["records"], (), view.records_total)
     for reason, count in sorted(view.rejected.items()):
-        builder.add(PUSH_TABLE["rejected"], (reason,), count)
-    builder.add(PUSH_TABLE["jobs"], (), view.jobs)
-    builder.add(PUSH_TABLE["ranks"], (), len(view.ranks))
-    builder.add(PUSH_TABLE["expired"], ("rank",), view.expired.get("rank", 0))
-    builder.add(PUSH_TABLE["expired"], ("group",), groups_expired)
-    builder.add(PUSH_TABLE["groups"], (), groups)
+        builder.add(push.TABLE["rejected"], (reason,), count)
+    builder.add(push.TABLE["jobs"], (), view.jobs)
+    builder.add(push.TABLE["ranks"], (), len(view.ranks))
+    builder.add(push.TABLE["expired"], ("rank",), view.expired.get("rank", 0))
+    builder.add(push.TABLE["expired"], ("group",), groups_expired)
+    builder.add(push.TABLE["groups"], (), groups)
 
 
 def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
@@ -74,7 +74,7 @@ def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
             for sample in family.samples:
                 labels = {("training_job" if k == "job" else k): v for k, v in sample.labels}
                 metric.add_sample(sample.name, labels, sample.value)
-    spec = PUSH_TABLE["group_last_push"]
+    spec = push.TABLE["group_last_push"]
     last_push = Metric(spec.name, spec.help, "gauge")
     for group in groups:
         last_push.add_sample(spec.name, group.exposed_labels(), group.last_push_timestamp)
@@ -86,7 +86,7 @@ def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
 
 class StepsCollector:
     name = "steps"
-    tables = (STEPS_TABLE, PUSH_TABLE)
+    tables = (training.TABLE, push.TABLE)
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fleetscope.config import PushConfig
-from fleetscope.spec import NAMESPACE
+from fleetscope.metrics.spec import NAMESPACE
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 GroupKey = tuple[tuple[str, str], ...]  # (("job", "train"), ("instance", "x")), in URL order

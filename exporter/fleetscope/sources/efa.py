@@ -1,4 +1,4 @@
-"""EFA devices from sysfs (``class/infiniband``), and the EFA metric table.
+"""EFA devices from sysfs (``class/infiniband``): devices, ports and their counter files.
 
 An RDMA device is EFA when its PCI function's vendor is Amazon (0x1d0f):
 names are ``rdmap<bus>s<slot>`` with rdma-core's udev rule and ``efa_N``
@@ -8,7 +8,7 @@ Counters live in two places since the 2021 driver split: traffic, RDMA and
 SRD counters in ``ports/<n>/hw_counters/``, admin and verbs error counters in
 the device's ``hw_counters/``. Older drivers put one flat list of 25 counters
 in both; we then keep each counter in its own scope once. Both directories are
-listed rather than probed, so a counter this table does not know is still
+listed rather than probed, so a counter the metric contract does not name is still
 reported (under a generic name), and one the driver lacks stays absent.
 Every file of a directory is read in one pass: a stale read makes the driver
 query the device, and values are cached only for ``lifespan`` ms.
@@ -22,214 +22,13 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from fleetscope.sources.fs import Root, Unreadable
-from fleetscope.spec import MetricSpec, table
+from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
 
 logger = logging.getLogger("fleetscope.sources.efa")
 T = TypeVar("T")
 
 AMAZON_PCI_VENDOR = 0x1D0F
 LIFESPAN = "lifespan"  # the counters' cache time in ms: a setting, not a counter
-
-_PORT = ("device", "port")
-_DEVICE = ("device",)
-
-
-def _port(raw: str, name: str, help: str, unit: str = "") -> tuple[str, MetricSpec]:
-    return raw, MetricSpec(name, "counter", help, _PORT, unit=unit, raw=f"ports/<n>/hw_counters/{raw}")
-
-
-def _device(raw: str, name: str, help: str) -> tuple[str, MetricSpec]:
-    return raw, MetricSpec(name, "counter", help, _DEVICE, raw=f"hw_counters/{raw}")
-
-
-VERBS_OPERATIONS = (
-    "alloc_pd",
-    "create_qp",
-    "create_cq",
-    "reg_mr",
-    "alloc_ucontext",
-    "create_ah",
-    "mmap",
-    "alloc_mr",
-    "get_dma_mr",
-)
-VERBS_ERRORS = MetricSpec(
-    "fleetscope_efa_verbs_errors_total",
-    "counter",
-    "Failed verbs calls on the device, by operation (alloc_pd, create_qp, create_cq, reg_mr, ...).",
-    ("device", "operation"),
-    raw="hw_counters/<operation>_err",
-)
-
-EFA_TABLE = table(
-    "efa",
-    "EFA devices (PCI vendor 0x1d0f) from `/sys/class/infiniband`. "
-    "Port counters from `ports/<n>/hw_counters/`, device counters from `hw_counters/`. Counters are totals since the driver loaded and can reset with it. "
-    "A counter the driver does not have (SRD counters before EFA driver 2.17) is absent, not 0.",
-    [
-        _port("tx_bytes", "fleetscope_efa_tx_bytes_total", "Bytes transmitted by the port.", "bytes"),
-        _port("tx_pkts", "fleetscope_efa_tx_packets_total", "Packets transmitted by the port."),
-        _port("rx_bytes", "fleetscope_efa_rx_bytes_total", "Bytes received by the port.", "bytes"),
-        _port("rx_pkts", "fleetscope_efa_rx_packets_total", "Packets received by the port."),
-        _port("rx_drops", "fleetscope_efa_rx_drops_total", "Packets received and then dropped."),
-        _port("send_bytes", "fleetscope_efa_send_bytes_total", "Bytes of send operations.", "bytes"),
-        _port("send_wrs", "fleetscope_efa_send_work_requests_total", "Send work requests."),
-        _port("recv_bytes", "fleetscope_efa_recv_bytes_total", "Bytes of receive operations.", "bytes"),
-        _port("recv_wrs", "fleetscope_efa_recv_work_requests_total", "Receive work requests."),
-        _port("rdma_read_wrs", "fleetscope_efa_rdma_read_work_requests_total", "RDMA read work requests."),
-        _port(
-            "rdma_read_bytes", "fleetscope_efa_rdma_read_bytes_total", "Bytes read by RDMA reads.", "bytes"
-        ),
-        _port(
-            "rdma_read_wr_err",
-            "fleetscope_efa_rdma_read_work_request_errors_total",
-            "RDMA read work requests that completed with an error.",
-        ),
-        _port(
-            "rdma_read_resp_bytes",
-            "fleetscope_efa_rdma_read_response_bytes_total",
-            "Bytes sent in responses to remote RDMA reads.",
-            "bytes",
-        ),
-        _port(
-            "rdma_write_wrs",
-            "fleetscope_efa_rdma_write_work_requests_total",
-            "RDMA write work requests (0 on devices without RDMA write).",
-        ),
-        _port(
-            "rdma_write_bytes",
-            "fleetscope_efa_rdma_write_bytes_total",
-            "Bytes written by RDMA writes.",
-            "bytes",
-        ),
-        _port(
-            "rdma_write_wr_err",
-            "fleetscope_efa_rdma_write_work_request_errors_total",
-            "RDMA write work requests that completed with an error.",
-        ),
-        _port(
-            "rdma_write_recv_bytes",
-            "fleetscope_efa_rdma_write_recv_bytes_total",
-            "Bytes received by remote RDMA writes.",
-            "bytes",
-        ),
-        _port("retrans_bytes", "fleetscope_efa_retransmit_bytes_total", "SRD bytes retransmitted.", "bytes"),
-        _port("retrans_pkts", "fleetscope_efa_retransmit_packets_total", "SRD packets retransmitted."),
-        _port(
-            "retrans_timeout_events",
-            "fleetscope_efa_retransmit_timeout_events_total",
-            "Times SRD traffic timed out and needed a network path change.",
-        ),
-        _port(
-            "unresponsive_remote_events",
-            "fleetscope_efa_unresponsive_remote_events_total",
-            "Times an SRD connection's remote was unresponsive.",
-        ),
-        _port(
-            "impaired_remote_conn_events",
-            "fleetscope_efa_impaired_remote_connection_events_total",
-            "SRD connections that entered an impaired state (reduced rate limit).",
-        ),
-        _device(
-            "submitted_cmds",
-            "fleetscope_efa_admin_commands_submitted_total",
-            "Admin-queue commands submitted to the device.",
-        ),
-        _device(
-            "completed_cmds",
-            "fleetscope_efa_admin_commands_completed_total",
-            "Admin-queue commands the device completed.",
-        ),
-        _device("cmds_err", "fleetscope_efa_admin_command_errors_total", "Admin-queue commands that failed."),
-        _device(
-            "no_completion_cmds",
-            "fleetscope_efa_admin_commands_no_completion_total",
-            "Admin-queue commands that never completed (device or admin-queue trouble).",
-        ),
-        _device(
-            "keep_alive_rcvd",
-            "fleetscope_efa_keep_alive_events_total",
-            "Keep-alive events received from the device (should keep growing).",
-        ),
-        *((f"{operation}_err", VERBS_ERRORS) for operation in VERBS_OPERATIONS),
-        (
-            "port_counter",
-            MetricSpec(
-                "fleetscope_efa_port_hw_stat_total",
-                "counter",
-                "A port counter this fleetscope version has no curated name for, by its sysfs file name.",
-                ("device", "port", "counter"),
-                raw="ports/<n>/hw_counters/<counter>",
-            ),
-        ),
-        (
-            "device_counter",
-            MetricSpec(
-                "fleetscope_efa_device_hw_stat_total",
-                "counter",
-                "A device counter this fleetscope version has no curated name for, by its sysfs file name.",
-                ("device", "counter"),
-                raw="hw_counters/<counter>",
-            ),
-        ),
-        (
-            "devices",
-            MetricSpec(
-                "fleetscope_efa_devices",
-                "gauge",
-                "EFA devices found on the node (RDMA devices with PCI vendor 0x1d0f).",
-                raw="class/infiniband/*/device/vendor",
-            ),
-        ),
-        (
-            "expected_devices",
-            MetricSpec(
-                "fleetscope_efa_expected_devices",
-                "gauge",
-                "EFA devices this node should have (setting efa.expected-count; absent when not configured).",
-            ),
-        ),
-        (
-            "info",
-            MetricSpec(
-                "fleetscope_efa_info",
-                "info",
-                "One EFA device: its PCI function, NUMA node and identity.",
-                _DEVICE,
-                info_keys=(
-                    "pci_address",
-                    "pci_device_id",
-                    "numa_node",
-                    "node_guid",
-                    "fw_version",
-                    "link_layer",
-                ),
-            ),
-        ),
-        (
-            "rate",
-            MetricSpec(
-                "fleetscope_efa_port_rate_bytes_per_second",
-                "gauge",
-                "Link rate the port reports.",
-                _PORT,
-                unit="bytes/second",
-                raw="ports/<n>/rate",
-            ),
-        ),
-    ],
-)
-
-# The curated counters of each scope: a table key that names its own sysfs counter file.
-PORT_COUNTERS = frozenset(
-    k for k, s in EFA_TABLE.specs.items() if s.kind == "counter" and s.raw == f"ports/<n>/hw_counters/{k}"
-)
-DEVICE_COUNTERS = frozenset(
-    k
-    for k, s in EFA_TABLE.specs.items()
-    if s.kind == "counter" and (s.raw == f"hw_counters/{k}" or s is VERBS_ERRORS)
-)
-
 
 @dataclass(frozen=True)
 class CounterSet:

@@ -30,20 +30,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fleetscope.sources.fs import Root, Unreadable
-from fleetscope.spec import MetricSpec, table
-
-JOBS_TABLE = table(
-    "gpu_jobs",
-    "GPU-to-job attribution from the GPU's processes (procfs cgroup and environment) and Slurm prolog records.",
-    [
-        ("job_info", MetricSpec(
-            "fleetscope_gpu_job_info", "info",
-            "A job using this GPU: training_job joins with fleetscope_training_* series; rank and local_rank from "
-            "the process environment; slurm_job_id, pod_uid and container from its cgroup, environment or prolog record.",
-            ("gpu", "uuid"), raw="/proc/<pid>/{cgroup,environ}, --gpu.jobs-dir",
-            info_keys=("training_job", "rank", "local_rank", "slurm_job_id", "pod_uid", "container"))),
-    ],
-)
 
 SLURM_V1_RE = re.compile(r"/slurm/uid_\d+/job_(?P<job>\d+)(?:/|$)")
 SLURM_V2_RE = re.compile(r"/(?:[^/]+_)?slurmstepd\.scope/(?P<unit>[^/]+)")

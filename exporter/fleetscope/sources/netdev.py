@@ -1,4 +1,4 @@
-"""Network interfaces from sysfs (``class/net``), and the NIC metric table.
+"""Network interfaces from sysfs (``class/net``): statistics, state, speed, MTU and driver.
 
 Per-interface statistics come from ``statistics/*`` rather than
 ``/proc/net/dev``, which folds ``rx_missed_errors`` into its drop column:
@@ -16,90 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleetscope.sources.fs import Root, Unreadable
-from fleetscope.spec import MetricSpec, table
 
 logger = logging.getLogger("fleetscope.sources.netdev")
 
-_DEVICE = ("device",)
-
-
-def _stat(raw: str, name: str, help: str, unit: str = "") -> tuple[str, MetricSpec]:
-    return raw, MetricSpec(name, "counter", help, _DEVICE, unit=unit, raw=f"statistics/{raw}")
-
-
-NETDEV_TABLE = table(
-    "netdev",
-    "Network interfaces from `/sys/class/net/<device>/`. Interfaces matching `net.device-exclude` "
-    "(container-side virtual interfaces by default) are not reported.",
-    [
-        _stat("rx_bytes", "fleetscope_net_receive_bytes_total", "Bytes received.", "bytes"),
-        _stat("rx_packets", "fleetscope_net_receive_packets_total", "Packets received."),
-        _stat("rx_errors", "fleetscope_net_receive_errors_total", "Receive errors (all kinds)."),
-        _stat(
-            "rx_dropped",
-            "fleetscope_net_receive_dropped_total",
-            "Received packets dropped by the stack (no buffer, unknown protocol, filtered).",
-        ),
-        _stat(
-            "rx_missed_errors",
-            "fleetscope_net_receive_missed_total",
-            "Packets the NIC missed because its receive ring was full (host too slow).",
-        ),
-        _stat("tx_bytes", "fleetscope_net_transmit_bytes_total", "Bytes transmitted.", "bytes"),
-        _stat("tx_packets", "fleetscope_net_transmit_packets_total", "Packets transmitted."),
-        _stat("tx_errors", "fleetscope_net_transmit_errors_total", "Transmit errors (all kinds)."),
-        _stat("tx_dropped", "fleetscope_net_transmit_dropped_total", "Packets dropped on transmit."),
-        (
-            "carrier_changes",
-            MetricSpec(
-                "fleetscope_net_carrier_changes_total",
-                "counter",
-                "Times the link went up or down.",
-                _DEVICE,
-                raw="carrier_changes",
-            ),
-        ),
-        (
-            "up",
-            MetricSpec(
-                "fleetscope_net_up",
-                "gauge",
-                "1 if the interface's operstate is up, 0 otherwise.",
-                _DEVICE,
-                raw="operstate",
-            ),
-        ),
-        (
-            "speed",
-            MetricSpec(
-                "fleetscope_net_speed_bytes_per_second",
-                "gauge",
-                "Link speed (absent when the driver does not report one).",
-                _DEVICE,
-                unit="bytes/second",
-                raw="speed",
-                scale=1e6 / 8,
-            ),
-        ),
-        (
-            "mtu",
-            MetricSpec(
-                "fleetscope_net_mtu_bytes", "gauge", "MTU of the interface.", _DEVICE, unit="bytes", raw="mtu"
-            ),
-        ),
-        (
-            "info",
-            MetricSpec(
-                "fleetscope_net_info",
-                "info",
-                "One interface: its state, hardware address and driver.",
-                _DEVICE,
-                info_keys=("operstate", "address", "driver"),
-            ),
-        ),
-    ],
+# The files of statistics/ read per interface (not /proc/net/dev: see above).
+STATISTICS = (
+    "rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "rx_missed_errors",
+    "tx_bytes", "tx_packets", "tx_errors", "tx_dropped",
 )
-STATISTICS = tuple(k for k, s in NETDEV_TABLE.specs.items() if s.raw == f"statistics/{k}")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""TCP/IP counters from procfs (``net/snmp``, ``net/netstat``), and their metric table.
+"""TCP/IP counters from procfs (``net/snmp``, ``net/netstat``), by section and field name.
 
 Both files are pairs of lines, ``Proto: Name1 Name2 ...`` then
 ``Proto: v1 v2 ...``. Kernels append fields over time, so values are looked
@@ -14,59 +14,8 @@ from dataclasses import dataclass
 
 from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root, Unreadable
-from fleetscope.spec import MetricSpec, table
 
 logger = logging.getLogger("fleetscope.sources.netstat")
-
-
-def _counter(key: str, name: str, help: str) -> tuple[str, MetricSpec]:
-    section = key.split(".")[0]
-    file = "net/snmp" if section in ("Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite") else "net/netstat"
-    return key, MetricSpec(name, "counter", help, raw=f"{file} {key}")
-
-
-NETSTAT_TABLE = table(
-    "netstat",
-    "Node-wide TCP counters from `/proc/net/snmp` and `/proc/net/netstat` (host network namespace).",
-    [
-        _counter(
-            "Tcp.RetransSegs",
-            "fleetscope_tcp_retransmitted_segments_total",
-            "TCP segments retransmitted (retransmit ratio: rate of this over rate of out segments).",
-        ),
-        _counter("Tcp.OutSegs", "fleetscope_tcp_out_segments_total", "TCP segments sent."),
-        _counter("Tcp.InSegs", "fleetscope_tcp_in_segments_total", "TCP segments received."),
-        _counter("Tcp.InErrs", "fleetscope_tcp_in_errors_total", "TCP segments received with errors."),
-        _counter(
-            "TcpExt.TCPTimeouts", "fleetscope_tcp_timeouts_total", "TCP retransmission timeouts (RTO fired)."
-        ),
-        _counter(
-            "TcpExt.TCPLostRetransmit",
-            "fleetscope_tcp_lost_retransmits_total",
-            "TCP retransmissions that were lost again.",
-        ),
-        _counter(
-            "TcpExt.TCPSynRetrans",
-            "fleetscope_tcp_syn_retransmits_total",
-            "TCP SYN retransmissions (slow connection set-up, e.g. rendezvous or NCCL bootstrap).",
-        ),
-        _counter(
-            "TcpExt.ListenOverflows",
-            "fleetscope_tcp_listen_overflows_total",
-            "Connections dropped because a listener's accept queue was full.",
-        ),
-        _counter(
-            "TcpExt.ListenDrops",
-            "fleetscope_tcp_listen_drops_total",
-            "Connection requests a listener dropped (any reason, overflows included).",
-        ),
-        _counter(
-            "TcpExt.TCPRcvQDrop",
-            "fleetscope_tcp_receive_queue_drops_total",
-            "Segments dropped because a socket's receive queue was full.",
-        ),
-    ],
-)
 
 
 @dataclass(frozen=True)

@@ -16,24 +16,9 @@ from dataclasses import dataclass
 
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.sources.xid import PciAddress
-from fleetscope.spec import MetricSpec, table
 
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
-
-PCI_TABLE = table(
-    "pci",
-    "NVIDIA GPUs counted on the PCI bus (sysfs), beside the number NVML sees and the configured expectation.",
-    [
-        ("pci_devices", MetricSpec(
-            "fleetscope_gpu_pci_devices", "gauge",
-            "NVIDIA GPUs (vendor 0x10de, VGA or 3D controller class) present on the PCI bus.",
-            raw="/sys/bus/pci/devices/*/{vendor,class}")),
-        ("expected_devices", MetricSpec(
-            "fleetscope_gpu_expected_devices", "gauge",
-            "GPUs this node should have (--gpu.expected-count); absent when not configured.")),
-    ],
-)
 
 
 @dataclass(frozen=True)

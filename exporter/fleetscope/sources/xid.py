@@ -19,7 +19,6 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from fleetscope.spec import MetricSpec, table
 
 # code -> (mnemonic, immediate action)
 XID_CATALOG: dict[int, tuple[str, str]] = {
@@ -83,25 +82,6 @@ def xid_action(xid: int) -> str:
 
 def is_fatal(xid: int) -> bool:
     return xid_action(xid) in NODE_ACTIONS
-
-
-_GPU = ("gpu", "uuid")
-XID_TABLE = table(
-    "xid",
-    "Xid errors counted from NVML events and the kernel log (one occurrence seen by both counts once).",
-    [
-        ("xid_total", MetricSpec(
-            "fleetscope_gpu_xid_errors_total", "counter",
-            "Xid errors per GPU and code since the daemon started, including those still in the kernel ring buffer "
-            "at start. action is the NVIDIA Xid catalog's immediate-action class (RESET_GPU, RESTART_BM, "
-            "RESTART_APP, IGNORE, ...; UNKNOWN if not in the catalog). Without NVML the gpu label follows PCI bus "
-            "order and uuid comes from the driver's log, if it printed one.",
-            _GPU + ("xid", "action"), raw="nvmlEventSetWait_v2 / NVRM: Xid")),
-        ("last_xid", MetricSpec(
-            "fleetscope_gpu_last_xid_timestamp_seconds", "gauge",
-            "Unix time of the GPU's most recent Xid error.", _GPU, unit="seconds")),
-    ],
-)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,24 @@
-"""Metric tables: the one place where a raw reading gets its metric name.
+"""MetricSpec and MetricTable: what one exported metric is, and how a source's raw names map to them.
 
-Every source has a table mapping its raw names (a sysfs file, an NVML field,
-a pushed field) to a :class:`MetricSpec`. Collectors build metric families
-from these tables, and ``docs/metrics.md`` is generated from them, so the
-catalog can never drift from what the daemon exports.
+A :class:`MetricSpec` is one metric family: full name, type, labels, unit,
+help, where its value comes from (``raw``) and the scale to its base unit.
+``str(spec)`` is its name, so PromQL written in Python reads
+``f"rate({training.STEPS_TOTAL}[5m])"`` and a renamed metric breaks at import,
+not in production.
 
-This module deliberately does not import ``prometheus_client``: sources import
-it to declare their tables.
+A :class:`MetricTable` maps the raw names of one source (a sysfs counter file,
+an ethtool statistic, an NVML reading) to specs. Collectors look readings up
+in it; ``docs/metrics.md`` is rendered from it.
+
+Neither ``prometheus_client`` nor any reader is imported here: rules,
+dashboards and docs import the contract without the daemon.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterator, Literal, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 MetricKind = Literal["gauge", "counter", "info"]
 NAMESPACE = "fleetscope"
@@ -38,10 +44,6 @@ class MetricSpec:
     scale: float = 1.0
     info_keys: tuple[str, ...] = ()
 
-    @property
-    def all_labels(self) -> tuple[str, ...]:
-        return self.labels + self.info_keys
-
     def __post_init__(self) -> None:
         if not self.name.startswith(NAMESPACE + "_"):
             raise ValueError(f"metric {self.name!r} is outside the {NAMESPACE}_ namespace")
@@ -50,14 +52,26 @@ class MetricSpec:
         if self.kind == "info" and not self.name.endswith("_info"):
             raise ValueError(f"info metric {self.name!r} must end in _info")
 
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        return self.labels + self.info_keys
+
+    def from_raw(self, raw: str) -> MetricSpec:
+        """The same metric read from another raw source (one family fed by several counters)."""
+        return replace(self, raw=raw)
+
 
 @dataclass(frozen=True)
 class MetricTable:
-    """The metrics of one source, keyed by raw name (or a stable key)."""
+    """The metrics of one source, keyed by raw name (or a stable key), exported by ``collector``."""
 
     source: str
     description: str
     specs: Mapping[str, MetricSpec] = field(default_factory=dict)
+    collector: str = ""
 
     def __getitem__(self, key: str) -> MetricSpec:
         return self.specs[key]
@@ -72,11 +86,16 @@ class MetricTable:
         return self.specs.get(key)
 
 
-def table(source: str, description: str, rows: Sequence[tuple[str, MetricSpec]]) -> MetricTable:
-    """Build a table, refusing duplicate keys (a silent overwrite hides a metric)."""
+def table(
+    source: str, description: str, rows: Sequence[tuple[str, MetricSpec]], *, collector: str = ""
+) -> MetricTable:
+    """Build a table, refusing duplicate keys (a silent overwrite hides a metric).
+
+    ``collector`` is the collector that exports it (the source's name when not given).
+    """
     specs: dict[str, MetricSpec] = {}
     for key, spec in rows:
         if key in specs:
             raise ValueError(f"duplicate key {key!r} in metric table {source!r}")
         specs[key] = spec
-    return MetricTable(source=source, description=description, specs=specs)
+    return MetricTable(source=source, description=description, specs=specs, collector=collector or source)

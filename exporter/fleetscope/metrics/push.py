@@ -1,0 +1,39 @@
+"""The push receiver's own counts (``POST /api/v1/steps`` and Pushgateway-style groups)."""
+
+from __future__ import annotations
+
+from fleetscope.metrics.spec import MetricSpec, table
+
+PREFIX = "fleetscope_push_"
+
+RECORDS_TOTAL = MetricSpec("fleetscope_push_records_total", "counter", "Step records stored.")
+REJECTED_TOTAL = MetricSpec(
+    "fleetscope_push_rejected_total", "counter",
+    "Pushes refused, by reason (invalid, too_large, limit, unauthorized).", ("reason",))
+JOBS = MetricSpec("fleetscope_push_jobs", "gauge", "Training jobs with at least one live rank.")
+RANKS = MetricSpec("fleetscope_push_ranks", "gauge", "Ranks whose series are live.")
+EXPIRED_TOTAL = MetricSpec(
+    "fleetscope_push_expired_total", "counter",
+    "Ranks (kind=rank) and Pushgateway-style groups (kind=group) dropped for lack of pushes.", ("kind",))
+GROUPS = MetricSpec("fleetscope_push_groups", "gauge", "Pushgateway-style groups held.")
+# The labels are the group's grouping key, which varies by group: training_job is the one always there.
+GROUP_LAST_PUSH_TIMESTAMP_SECONDS = MetricSpec(
+    "fleetscope_push_group_last_push_timestamp_seconds", "gauge",
+    "Unix time of the last push to a Pushgateway-style group; labels are the group's grouping key "
+    "(job exposed as training_job).",
+    ("training_job",), unit="seconds")
+
+TABLE = table(
+    "push",
+    "The push receiver's own counts (POST /api/v1/steps and Pushgateway-style groups).",
+    [
+        ("records", RECORDS_TOTAL),
+        ("rejected", REJECTED_TOTAL),
+        ("jobs", JOBS),
+        ("ranks", RANKS),
+        ("expired", EXPIRED_TOTAL),
+        ("groups", GROUPS),
+        ("group_last_push", GROUP_LAST_PUSH_TIMESTAMP_SECONDS),
+    ],
+    collector="steps",
+)

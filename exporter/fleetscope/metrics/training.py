@@ -1,0 +1,73 @@
+"""Per-rank training series, from the step records each rank pushes (``POST /api/v1/steps``).
+
+Keyed by the step record's field (or the receiver's derived value) each metric is read from.
+"""
+
+from __future__ import annotations
+
+from fleetscope.metrics.spec import MetricKind, MetricSpec, table
+
+PREFIX = "fleetscope_training_"
+RANK_LABELS = ("training_job", "rank", "local_rank", "pp_stage")
+
+
+def _rank(name: str, kind: MetricKind, help: str, raw: str, unit: str = "") -> MetricSpec:
+    return MetricSpec(name, kind, help, RANK_LABELS, unit=unit, raw=raw)
+
+
+STEPS_TOTAL = _rank("fleetscope_training_steps_total", "counter", "Steps the rank has reported.", "step")
+STEP_SECONDS_TOTAL = _rank(
+    "fleetscope_training_step_seconds_total", "counter", "Wall time of the reported steps.", "step_seconds",
+    "seconds")
+DATA_SECONDS_TOTAL = _rank(
+    "fleetscope_training_data_seconds_total", "counter", "Time the rank waited for input data.", "data_seconds",
+    "seconds")
+COMPUTE_SECONDS_TOTAL = _rank(
+    "fleetscope_training_compute_seconds_total", "counter",
+    "The rank's own work (forward, backward, optimizer), excluding collective waits.", "compute_seconds",
+    "seconds")
+COMM_SECONDS_TOTAL = _rank(
+    "fleetscope_training_comm_seconds_total", "counter", "Exposed wait in collective communication.",
+    "comm_seconds", "seconds")
+TOKENS_TOTAL = _rank("fleetscope_training_tokens_total", "counter", "Tokens the rank processed.", "tokens")
+SAMPLES_TOTAL = _rank("fleetscope_training_samples_total", "counter", "Samples the rank processed.", "samples")
+LAST_STEP = _rank(
+    "fleetscope_training_last_step", "gauge", "Step number of the rank's newest record.", "last_step")
+LAST_STEP_TIMESTAMP_SECONDS = _rank(
+    "fleetscope_training_last_step_timestamp_seconds", "gauge",
+    "Unix time the rank's newest reported step completed.", "timestamp", "seconds")
+LAST_PUSH_TIMESTAMP_SECONDS = _rank(
+    "fleetscope_training_last_push_timestamp_seconds", "gauge",
+    "Unix time the daemon last received a push from the rank.", "last_push", "seconds")
+LOSS = _rank("fleetscope_training_loss", "gauge", "Loss of the rank's newest step that reported one.", "loss")
+STEP_SECONDS_MEDIAN = _rank(
+    "fleetscope_training_step_seconds_median", "gauge",
+    "Median step wall time over the rank's last push.median-window steps.", "step_median", "seconds")
+DATA_SECONDS_MEDIAN = _rank(
+    "fleetscope_training_data_seconds_median", "gauge",
+    "Median data wait over the rank's last push.median-window steps that reported it.", "data_median", "seconds")
+COMPUTE_SECONDS_MEDIAN = _rank(
+    "fleetscope_training_compute_seconds_median", "gauge",
+    "Median compute time over the rank's last push.median-window steps that reported it.", "compute_median",
+    "seconds")
+COMM_SECONDS_MEDIAN = _rank(
+    "fleetscope_training_comm_seconds_median", "gauge",
+    "Median exposed communication wait over the rank's last push.median-window steps that reported it.",
+    "comm_median", "seconds")
+RANK_INFO = MetricSpec(
+    "fleetscope_training_rank_info", "info", "Placement of a rank as it last reported it.", RANK_LABELS,
+    info_keys=("dp_rank", "world_size", "gpu"))
+
+TABLE = table(
+    "steps",
+    "Training steps pushed by each rank to POST /api/v1/steps; series expire after push.rank-ttl "
+    "without pushes.",
+    [
+        *((spec.raw, spec) for spec in (
+            STEPS_TOTAL, STEP_SECONDS_TOTAL, DATA_SECONDS_TOTAL, COMPUTE_SECONDS_TOTAL, COMM_SECONDS_TOTAL,
+            TOKENS_TOTAL, SAMPLES_TOTAL, LAST_STEP, LAST_STEP_TIMESTAMP_SECONDS, LAST_PUSH_TIMESTAMP_SECONDS,
+            LOSS, STEP_SECONDS_MEDIAN, DATA_SECONDS_MEDIAN, COMPUTE_SECONDS_MEDIAN, COMM_SECONDS_MEDIAN,
+        )),
+        ("rank_info", RANK_INFO),
+    ],
+)
