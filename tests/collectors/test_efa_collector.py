@@ -4,12 +4,13 @@ import os
 
 import pytest
 from fleetscope.check import run_check
-from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings
+from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings, in_own_scope
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.metrics import efa
-from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading
+from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading, read_efa
+from fleetscope.sources.fs import Root
 
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
@@ -281,6 +282,21 @@ def test_old_driver_exports_no_srd_series_at_all() -> None:
         )
         is None
     )
+
+
+def test_flat_layout_keeps_each_counter_in_its_own_scope_once() -> None:
+    (read,) = read_efa(Root(os.path.join(FIXTURES, "flat", "sys"))).devices
+    device = in_own_scope(read)
+    flat = mk.flat_values()
+    port = device.ports[0].counters.values
+    assert set(port) == set(flat) & efa.PORT_COUNTERS and len(port) == 13
+    assert set(device.counters.values) == set(flat) & efa.DEVICE_COUNTERS and len(device.counters.values) == 12
+    assert {**port, **device.counters.values} == flat
+
+
+def test_split_layout_is_left_as_read() -> None:
+    (read,) = read_efa(Root(os.path.join(FIXTURES, "p5", "sys"))).devices[:1]
+    assert in_own_scope(read) is read
 
 
 def test_flat_layout_exports_each_counter_once_in_its_scope() -> None:

@@ -443,3 +443,12 @@ def test_job_info_has_no_per_pid_labels() -> None:
     from fleetscope.metrics.gpu import JOB_INFO
 
     assert not re.search(r"pid", " ".join(JOB_INFO.all_labels))
+
+
+def test_every_value_the_nvml_reader_names_has_a_metric() -> None:
+    from typing import get_args
+
+    from fleetscope.metrics import gpu
+    from fleetscope.sources.nvml import NvmlValue
+
+    assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {"info", "lost", "nvml_devices"}

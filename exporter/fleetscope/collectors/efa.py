@@ -1,8 +1,14 @@
-"""EFA collector: per-port and per-device counters of every EFA device, and its health findings."""
+"""EFA collector: per-port and per-device counters of every EFA device, and its health findings.
+
+Counter files are classified here, once, through :data:`fleetscope.metrics.efa.TABLE`:
+a curated counter gets its own metric, any other file the generic
+``*_hw_stat_total`` of its scope.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from prometheus_client.core import Metric
 
@@ -12,10 +18,37 @@ from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.metrics import efa
 from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
-from fleetscope.sources.efa import EfaReading, read_efa
+from fleetscope.sources.efa import CounterSet, EfaDevice, EfaReading, read_efa
 from fleetscope.sources.fs import Root
 
 ACTIVE = "ACTIVE"
+
+
+def _names(counters: CounterSet) -> frozenset[str]:
+    return frozenset(counters.values) | frozenset(counters.unreadable)
+
+
+def _without(counters: CounterSet, drop: frozenset[str]) -> CounterSet:
+    return replace(
+        counters,
+        values={k: v for k, v in counters.values.items() if k not in drop},
+        unreadable=tuple(k for k in counters.unreadable if k not in drop),
+    )
+
+
+def in_own_scope(device: EfaDevice) -> EfaDevice:
+    """The device with each curated counter in its own scope once.
+
+    Pre-2021 drivers list one flat set of counters in both the device's and
+    the ports' ``hw_counters``; a port counter at device level is their mark.
+    """
+    at_device = _names(device.counters)
+    if not PORT_COUNTERS & at_device:
+        return device
+    ports = tuple(
+        replace(port, counters=_without(port.counters, DEVICE_COUNTERS & at_device)) for port in device.ports
+    )
+    return replace(device, counters=_without(device.counters, PORT_COUNTERS), ports=ports)
 
 
 def _in_table_order(values: Mapping[str, int]) -> list[tuple[str, int]]:
@@ -30,7 +63,7 @@ def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
     builder.add(efa.DEVICES, (), len(reading.devices))
     if expected_count:
         builder.add(efa.EXPECTED_DEVICES, (), expected_count)
-    for device in reading.devices:
+    for device in map(in_own_scope, reading.devices):
         first_port = device.ports[0] if device.ports else None
         builder.add_info(
             efa.INFO,
@@ -76,7 +109,7 @@ def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
         findings.append(
             Finding("efa", "unhealthy", "node", f"{found} EFA devices found, {expected_count} expected")
         )
-    for device in reading.devices:
+    for device in map(in_own_scope, reading.devices):
         subject = f"efa {device.name}"
         sets = [device.counters, *(port.counters for port in device.ports)]
         if not any(s.present for s in sets):

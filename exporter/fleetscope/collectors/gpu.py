@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -165,7 +165,7 @@ class GpuCollector:
             uuids = {s.identity.index: s.identity.uuid for s in nvml.samples}
             for index, jobs in snapshot.jobs.items():
                 for job in jobs:
-                    builder.add_info(gpu.JOB_INFO, (str(index), uuids.get(index, "")), job.info())
+                    builder.add_info(gpu.JOB_INFO, (str(index), uuids.get(index, "")), asdict(job))
         return builder.families()
 
     @staticmethod

@@ -7,9 +7,10 @@ without it, and other RDMA devices (mlx5) share the class directory.
 Counters live in two places since the 2021 driver split: traffic, RDMA and
 SRD counters in ``ports/<n>/hw_counters/``, admin and verbs error counters in
 the device's ``hw_counters/``. Older drivers put one flat list of 25 counters
-in both; we then keep each counter in its own scope once. Both directories are
-listed rather than probed, so a counter the metric contract does not name is still
-reported (under a generic name), and one the driver lacks stays absent.
+in both; the reading keeps what each directory held, and the collector, which
+knows which counter belongs where, keeps each in its own scope once. Both
+directories are listed rather than probed, so every counter file the driver
+has is in the reading, and one the driver lacks stays absent.
 Every file of a directory is read in one pass: a stale read makes the driver
 query the device, and values are cached only for ``lifespan`` ms.
 """
@@ -19,10 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from fleetscope.sources.fs import Root, Unreadable
-from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
 
 logger = logging.getLogger("fleetscope.sources.efa")
 T = TypeVar("T")
@@ -60,7 +60,6 @@ class EfaDevice:
     fw_version: str
     counters: CounterSet
     ports: tuple[EfaPort, ...]
-    layout: Literal["split", "flat"] = "split"
 
 
 @dataclass(frozen=True)
@@ -151,32 +150,6 @@ def _read_port(sysfs: Root, device: str, number: int) -> EfaPort:
     )
 
 
-def _split_flat(device_set: CounterSet, ports: tuple[EfaPort, ...]) -> tuple[CounterSet, tuple[EfaPort, ...]]:
-    """Pre-2021 drivers list all 25 counters in both scopes: keep each in its own scope once."""
-
-    def keep(counters: CounterSet, drop: frozenset[str]) -> CounterSet:
-        return CounterSet(
-            counters.present,
-            {k: v for k, v in counters.values.items() if k not in drop},
-            tuple(k for k in counters.unreadable if k not in drop),
-            counters.lifespan_ms,
-        )
-
-    at_device = frozenset(device_set.values) | frozenset(device_set.unreadable)
-    new_ports = tuple(
-        EfaPort(
-            p.number,
-            p.state,
-            p.phys_state,
-            p.rate_bytes_per_second,
-            p.link_layer,
-            keep(p.counters, DEVICE_COUNTERS & at_device),
-        )
-        for p in ports
-    )
-    return keep(device_set, PORT_COUNTERS), new_ports
-
-
 def _read_device(sysfs: Root, name: str) -> EfaDevice | None:
     """One EFA device, or None if it is not EFA or vanished while being read."""
     base = ("class", "infiniband", name)
@@ -189,11 +162,7 @@ def _read_device(sysfs: Root, name: str) -> EfaDevice | None:
     ports = tuple(
         _read_port(sysfs, name, int(number)) for number in sysfs.listdir(*base, "ports") if number.isdigit()
     )
-    device_set = _read_counters(sysfs, *base, "hw_counters")
-    layout: Literal["split", "flat"] = "split"
-    if PORT_COUNTERS & (frozenset(device_set.values) | frozenset(device_set.unreadable)):
-        layout = "flat"
-        device_set, ports = _split_flat(device_set, ports)
+    device_counters = _read_counters(sysfs, *base, "hw_counters")
     numa = _optional(sysfs, int, *base, "device", "numa_node")
     device = EfaDevice(
         name=name,
@@ -202,9 +171,8 @@ def _read_device(sysfs: Root, name: str) -> EfaDevice | None:
         numa_node=numa if numa is not None and numa >= 0 else None,
         node_guid=sysfs.read_attr_or_none(*base, "node_guid") or "",
         fw_version=sysfs.read_attr_or_none(*base, "fw_ver") or "",
-        counters=device_set,
+        counters=device_counters,
         ports=ports,
-        layout=layout,
     )
     if not sysfs.exists(*base):
         # hot-unplugged or driver unloaded mid-read: a half reading would look like counter resets

@@ -57,12 +57,6 @@ class JobAttribution:
     pod_uid: str = ""
     container: str = ""
 
-    def info(self) -> dict[str, str]:
-        return {
-            "training_job": self.training_job, "rank": self.rank, "local_rank": self.local_rank,
-            "slurm_job_id": self.slurm_job_id, "pod_uid": self.pod_uid, "container": self.container,
-        }
-
 
 def parse_cgroup(text: str) -> CgroupJob:
     """Slurm job and Kubernetes pod/container from the lines of ``/proc/<pid>/cgroup`` (v1 or v2)."""

@@ -13,8 +13,9 @@ throttle durations, recovery action) plus one for the per-link NVLink fields.
 GPM (Hopper+) ratios are computed between the sample taken at this collection
 and the one kept from the previous collection, so no collection ever sleeps.
 
-Values stay in NVML's units here (percent, mW, mJ, MHz, ns, KB/s); the table's
-``scale`` turns them into base units when families are built.
+Values stay in NVML's units here (percent, mW, mJ, MHz, ns, KB/s), named by
+:data:`NvmlValue`; the collector maps each name to its metric, whose ``scale``
+turns it into base units.
 """
 
 from __future__ import annotations
@@ -25,15 +26,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from fleetscope.errors import NoHardware
 from fleetscope.sources.xid import PciAddress, XidSighting
 
 logger = logging.getLogger("fleetscope.sources.nvml")
 
-# Field ids (nvml.h) read in one batch: table key (+ extra labels) per id.
-SCALAR_FIELDS: dict[int, tuple[str, tuple[str, ...]]] = {
+# The values one GPU's reading can hold (in NVML's units).
+NvmlValue = Literal[
+    "utilization", "memory_utilization", "memory_used", "memory_free", "memory_total", "memory_reserved",
+    "temperature", "memory_temperature", "slowdown_temperature", "shutdown_temperature", "power", "power_limit",
+    "energy", "clock", "clock_max", "throttle_active", "throttle_seconds", "ecc_errors", "retired_pages",
+    "retired_pages_pending", "remapped_rows", "row_remap_pending", "row_remap_failed", "pcie_replays",
+    "pcie_generation", "pcie_max_generation", "pcie_width", "pcie_max_width", "pcie_throughput", "nvlink_up",
+    "nvlink_errors", "performance_state", "fan_speed", "recovery_action", "processes", "process_memory",
+    "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+]
+
+# Field ids (nvml.h) read in one batch: the value (+ its extra labels) per id.
+SCALAR_FIELDS: dict[int, tuple[NvmlValue, tuple[str, ...]]] = {
     3: ("ecc_errors", ("corrected", "volatile")),
     4: ("ecc_errors", ("uncorrected", "volatile")),
     5: ("ecc_errors", ("corrected", "aggregate")),
@@ -66,13 +78,19 @@ THROTTLE_REASONS = {
     "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
 }
 CLOCKS = {"graphics": 0, "sm": 1, "memory": 2}
-GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+GPM_METRICS: dict[int, NvmlValue] = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
 ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",
                  9: "hopper", 10: "blackwell"}
 # Error events worth a watch besides Xid: ECC, retirement, unavailability, recovery action.
 WATCHED_EVENTS = 0x1 | 0x2 | 0x8 | 0x200 | 0x400 | 0x800 | 0x4000 | 0x8000
 EVENT_XID = 0x8
 EVENT_WAIT_MS = 500
+
+
+class Put(Protocol):
+    """Records one value of the GPU being read (``None``: not read, left out)."""
+
+    def __call__(self, key: NvmlValue, value: Any, labels: tuple[str, ...] = ()) -> None: ...
 
 
 class GpuLost(Exception):
@@ -100,11 +118,11 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU's reading: table key -> raw value, and labelled values keyed by their extra labels."""
+    """One GPU's reading: value name -> raw value, and labelled values keyed by their extra labels."""
 
     identity: GpuIdentity
-    scalars: Mapping[str, float] = field(default_factory=dict)
-    labelled: Mapping[str, Mapping[tuple[str, ...], float]] = field(default_factory=dict)
+    scalars: Mapping[NvmlValue, float] = field(default_factory=dict)
+    labelled: Mapping[NvmlValue, Mapping[tuple[str, ...], float]] = field(default_factory=dict)
     processes: tuple[GpuProcess, ...] = ()
     nvlink_links: int = 0
 
@@ -291,10 +309,10 @@ class NvmlSource:
         if index not in self._identities or index in self._lost_since:
             self._identities[index] = self._identify(index, handle)
         identity = self._identities[index]
-        scalars: dict[str, float] = {}
-        labelled: dict[str, dict[tuple[str, ...], float]] = {}
+        scalars: dict[NvmlValue, float] = {}
+        labelled: dict[NvmlValue, dict[tuple[str, ...], float]] = {}
 
-        def put(key: str, value: Any, labels: tuple[str, ...] = ()) -> None:
+        def put(key: NvmlValue, value: Any, labels: tuple[str, ...] = ()) -> None:
             if value is None:
                 return
             if labels:
@@ -341,12 +359,15 @@ class NvmlSource:
         if reasons is not None:
             for reason, bit in THROTTLE_REASONS.items():
                 put("throttle_active", 1 if int(reasons) & bit else 0, (reason,))
-        for key, call in (("pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
-                          ("pcie_max_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
-                          ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
-                          ("pcie_max_width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
-                          ("performance_state", nvml.nvmlDeviceGetPerformanceState),
-                          ("fan_speed", nvml.nvmlDeviceGetFanSpeed)):
+        simple: tuple[tuple[NvmlValue, Callable[..., Any]], ...] = (
+            ("pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
+            ("pcie_max_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
+            ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
+            ("pcie_max_width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
+            ("performance_state", nvml.nvmlDeviceGetPerformanceState),
+            ("fan_speed", nvml.nvmlDeviceGetFanSpeed),
+        )
+        for key, call in simple:
             put(key, a(key, call))
         put("pcie_throughput", a("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES), ("tx",))
         put("pcie_throughput", a("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES), ("rx",))
@@ -381,7 +402,7 @@ class NvmlSource:
             out[(int(item.fieldId), int(item.scopeId))] = _field_value(item)
         return out
 
-    def _read_fields(self, index: int, handle: Any, put: Callable[..., None]) -> None:
+    def _read_fields(self, index: int, handle: Any, put: Put) -> None:
         nvml = self._nvml
         fields = self._field_values(index, handle, list(SCALAR_FIELDS) + [FIELD_NVLINK_LINK_COUNT])
         if fields is None:
@@ -417,7 +438,7 @@ class NvmlSource:
             for field_id, error in NVLINK_ERROR_FIELDS.items():
                 put("nvlink_errors", link_fields.get((field_id, link)), (str(link), error))
 
-    def _read_gpm(self, index: int, handle: Any, put: Callable[..., None]) -> None:
+    def _read_gpm(self, index: int, handle: Any, put: Put) -> None:
         nvml = self._nvml
         if index not in self._gpm_supported:
             support = self._attempt(index, "gpm_support", nvml.nvmlGpmQueryDeviceSupport, handle)
