@@ -73,7 +73,7 @@ def test_thresholds_and_windows_come_from_settings() -> None:
     }
     assert rules[("TrainingStragglerRank", "warning")]["expr"].endswith("> 1.2")
     assert rules[("TrainingInputBound", "warning")]["for"] == "7m"
-    assert ("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate2m", None) in rules
+    assert "[2m]" in rules[("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate", None)]["expr"]
     assert "[2m]" in rules[("GpuPcieReplaysHigh", "warning")]["expr"]
 
 

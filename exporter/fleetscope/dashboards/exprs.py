@@ -6,6 +6,8 @@ PromQL text; nothing here depends on the Grafana SDK.
 
 from __future__ import annotations
 
+from fleetscope import signals
+
 # One row of a straggler table: a rank on a node.
 RANK_LABELS = "cluster, training_job, pp_stage, rank, instance"
 
@@ -38,7 +40,7 @@ def relative_compute(matchers: str) -> str:
 
 def with_gpu(expr: str, matchers: str) -> str:
     """Add the rank's ``gpu`` label (from rank_info) to a per-rank series."""
-    return f"({expr}) * on (instance, training_job, rank) group_left (gpu) fleetscope_training_rank_info{{{matchers}}}"
+    return signals.with_gpu(expr, f"fleetscope_training_rank_info{{{matchers}}}")
 
 
 def _per_rank_from_gpu(gpu_expr: str, matchers: str) -> str:

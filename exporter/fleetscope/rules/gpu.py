@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
+from fleetscope.signals import GPU_CLOCK_RATIO, GPU_THROTTLE_SHARE, NODE_GPU_UTILIZATION
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
-CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"
-NODE_UTILIZATION = "instance:fleetscope_gpu_utilization_ratio:avg"
 
 # NVIDIA Xid catalog immediate-action classes (matched case-insensitively). Classes not
 # listed here and not harmless (IGNORE, WORKFLOW_XID_45: a secondary report) need inspection.
@@ -24,22 +23,18 @@ XID_CLASSES: tuple[tuple[str, str, str, str], ...] = (
 HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
 
 
-def throttle_rate(s: Settings) -> str:
-    return f"instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate{s.rate_window}"
-
-
 def recording_rules(s: Settings) -> Group:
     sm_clock = sel(s, "fleetscope_gpu_clock_hertz", 'clock="sm"')
     return Group("fleetscope-gpu.rules", (
         # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
         # for the others the sampled 0/1 state stands in.
-        Record(throttle_rate(s), (
+        Record(GPU_THROTTLE_SHARE, (
             f"rate({sel(s, 'fleetscope_gpu_throttle_seconds_total')}[{s.rate_window}])\n"
             f"or\n"
             f"avg_over_time({sel(s, 'fleetscope_gpu_throttle_active')}[{s.rate_window}])"
         )),
-        Record(CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
-        Record(NODE_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, 'fleetscope_gpu_utilization_ratio')})"),
+        Record(GPU_CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
+        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, 'fleetscope_gpu_utilization_ratio')})"),
     ))
 
 
@@ -131,7 +126,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuThrottled",
-            f'{throttle_rate(s)}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} > {num(s.throttle_share)}',
+            f'{GPU_THROTTLE_SHARE}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} > {num(s.throttle_share)}',
             "warning",
             "A GPU is throttled by temperature, HW slowdown or power brake.",
             f"{GPU_LABELS} spent {{{{ $value | humanizePercentage }}}} of the last {w} in clock event "
@@ -178,7 +173,7 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "GpuSmClockBelowPeers",
             (
-                f"{CLOCK_RATIO} < {num(s.clock_peer_ratio)}\n"
+                f"{GPU_CLOCK_RATIO} < {num(s.clock_peer_ratio)}\n"
                 f"and on (instance, gpu)\n"
                 f"{sel(s, 'fleetscope_gpu_utilization_ratio')} > {num(s.clock_busy_ratio)}"
             ),

@@ -6,23 +6,12 @@ growth (drops, retransmit timeouts, remote events, work-request errors).
 
 from __future__ import annotations
 
-from fleetscope.rules.model import Alert, Group, Record, indent, num, sel
+from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
+from fleetscope.signals import EFA_RATE_COUNTERS, TCP_RETRANSMIT_RATIO, efa_rate, indent, interface_ratio
 
 EFA_PORT = "EFA {{ $labels.device }} port {{ $labels.port }} on {{ $labels.instance }}"
 ENA_ALLOWANCES = ("bw_in", "bw_out", "pps", "conntrack", "linklocal")
-
-
-def efa_rate(s: Settings, counter: str) -> str:
-    return f"instance:fleetscope_efa_{counter}:rate{s.rate_window}"
-
-
-def tcp_ratio(s: Settings) -> str:
-    return f"instance:fleetscope_tcp_retransmitted_segments_per_out_segments:ratio_rate{s.rate_window}"
-
-
-def interface_ratio(s: Settings, what: str) -> str:
-    return f"instance_device:fleetscope_net_{what}_per_packets:ratio_rate{s.rate_window}"
 
 
 def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
@@ -35,11 +24,11 @@ def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
 def recording_rules(s: Settings) -> Group:
     w = s.rate_window
     rules = [
-        Record(efa_rate(s, counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))")
-        for counter in ("retransmit_packets", "rx_bytes", "tx_bytes", "rx_drops")
+        Record(efa_rate(counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))")
+        for counter in EFA_RATE_COUNTERS
     ]
     rules.append(Record(
-        tcp_ratio(s),
+        TCP_RETRANSMIT_RATIO,
         f"rate({sel(s, 'fleetscope_tcp_retransmitted_segments_total')}[{w}])\n  /\n"
         f"rate({sel(s, 'fleetscope_tcp_out_segments_total')}[{w}])",
     ))
@@ -51,7 +40,7 @@ def recording_rules(s: Settings) -> Group:
             ))
             for direction in ("receive", "transmit")
         ]
-        rules.append(Record(interface_ratio(s, what), labelled_union(pieces, "direction")))
+        rules.append(Record(interface_ratio(what), labelled_union(pieces, "direction")))
     return Group("fleetscope-network.rules", tuple(rules))
 
 
@@ -122,7 +111,7 @@ def alert_rules(s: Settings) -> Group:
             s.ena_for,
         ),
         Alert(
-            "TcpRetransmitRatioHigh", f"{tcp_ratio(s)} > {num(s.tcp_retransmit_ratio)}", "warning",
+            "TcpRetransmitRatioHigh", f"{TCP_RETRANSMIT_RATIO} > {num(s.tcp_retransmit_ratio)}", "warning",
             "A node retransmits a high share of its TCP segments.",
             "{{ $labels.instance }} retransmits {{ $value | humanizePercentage }} of its TCP segments "
             f"(threshold {num(s.tcp_retransmit_ratio * 100)}%).",
@@ -131,7 +120,7 @@ def alert_rules(s: Settings) -> Group:
     ]
     for what, name, noun in (("errors", "NetworkInterfaceErrors", "errors"), ("dropped", "NetworkInterfaceDrops", "drops")):
         alerts.append(Alert(
-            name, f"{interface_ratio(s, what)} > {num(s.interface_error_ratio)}", "warning",
+            name, f"{interface_ratio(what)} > {num(s.interface_error_ratio)}", "warning",
             f"A network interface has a high {noun[:-1]} rate.",
             f"{{{{ $labels.device }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
             f"{{{{ $labels.direction }}}} packets are {noun} (threshold {num(s.interface_error_ratio * 100)}%).",

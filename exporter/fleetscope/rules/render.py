@@ -27,9 +27,7 @@ def build_groups(settings: Settings) -> list[Group]:
         training.recording_rules(settings),
         gpu.recording_rules(settings),
         network.recording_rules(settings),
-        training.cause_rules(
-            settings, gpu.throttle_rate(settings), gpu.CLOCK_RATIO, network.efa_rate(settings, "retransmit_packets")
-        ),
+        training.cause_rules(settings),
         training.alert_rules(settings),
         gpu.alert_rules(settings),
         network.alert_rules(settings),

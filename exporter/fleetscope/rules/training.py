@@ -7,29 +7,28 @@ their pipeline stage (stages do different work).
 
 from __future__ import annotations
 
-from fleetscope.rules.model import RANK_KEY, Alert, Group, Record, indent, num, sel, with_gpu
+from fleetscope import signals
+from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
-
-STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_median:median"
-RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median"
-JOB_STEP = "training_job:fleetscope_training_step_seconds_median:median"
-CAUSES = "instance_gpu:fleetscope_slowdown_cause:present"
-
-
-def rank_share(settings: Settings, part: str) -> str:
-    return f"rank:fleetscope_training_{part}_seconds_per_step_seconds:ratio_rate{settings.rate_window}"
-
-
-def job_share(settings: Settings, part: str) -> str:
-    return f"training_job:fleetscope_training_{part}_seconds_per_step_seconds:median_ratio_rate{settings.rate_window}"
-
-
-def job_steps(settings: Settings) -> str:
-    return f"training_job:fleetscope_training_steps:avg_rate{settings.rate_window}"
+from fleetscope.signals import (
+    GPU_CLOCK_RATIO,
+    GPU_THROTTLE_SHARE,
+    JOB_STEP,
+    JOB_STEP_RATE,
+    JOB_TOKEN_RATE,
+    NODE_SLOWDOWN_CAUSES,
+    RANK_COMPUTE_RATIO,
+    RANK_KEY,
+    STAGE_COMPUTE,
+    efa_rate,
+    indent,
+    job_share,
+    rank_share,
+)
 
 
-def job_tokens(settings: Settings) -> str:
-    return f"training_job:fleetscope_training_tokens:rate{settings.rate_window}"
+def with_gpu(s: Settings, expr: str) -> str:
+    return signals.with_gpu(expr, sel(s, "fleetscope_training_rank_info"))
 
 
 def cause_text(gpu_scoped: bool) -> str:
@@ -37,7 +36,7 @@ def cause_text(gpu_scoped: bool) -> str:
     matcher = 'instance="%s",gpu=~"%s|"' if gpu_scoped else 'instance="%s"'
     args = "$labels.instance $labels.gpu" if gpu_scoped else "$labels.instance"
     return (
-        f"{{{{ with printf `{CAUSES}{{{matcher}}}` {args} | query }}}}"
+        f"{{{{ with printf `{NODE_SLOWDOWN_CAUSES}{{{matcher}}}` {args} | query }}}}"
         "Likely cause on the node: {{ range $i, $c := . }}{{ if $i }}, {{ end }}{{ $c.Labels.cause }}{{ end }}."
         "{{ else }}No GPU throttling, low clock, EFA or data-wait cause is visible on the node.{{ end }}"
     )
@@ -46,7 +45,7 @@ def cause_text(gpu_scoped: bool) -> str:
 def worst_rank(s: Settings, part: str) -> str:
     """Template naming the rank with the largest share of ``part`` in a job."""
     return (
-        f"{{{{ with printf `topk(1, {rank_share(s, part)}{{training_job=\"%s\"}})` $labels.training_job | query }}}}"
+        f"{{{{ with printf `topk(1, {rank_share(part)}{{training_job=\"%s\"}})` $labels.training_job | query }}}}"
         "{{ with index . 0 }} The worst rank is {{ .Labels.rank }} on {{ .Labels.instance }} "
         "({{ .Value | humanizePercentage }}).{{ end }}{{ end }}"
     )
@@ -63,16 +62,16 @@ def recording_rules(s: Settings) -> Group:
     step_rate = f"rate({sel(s, 'fleetscope_training_step_seconds_total')}[{w}])"
     for part in ("data", "comm"):
         part_rate = f"rate({sel(s, f'fleetscope_training_{part}_seconds_total')}[{w}])"
-        rules.append(Record(rank_share(s, part), f"{part_rate}\n  /\n{step_rate}"))
-        rules.append(Record(job_share(s, part), f"quantile by (training_job) (0.5, {rank_share(s, part)})"))
+        rules.append(Record(rank_share(part), f"{part_rate}\n  /\n{step_rate}"))
+        rules.append(Record(job_share(part), f"quantile by (training_job) (0.5, {rank_share(part)})"))
     rules.append(Record(
-        job_steps(s), f"avg by (training_job) (rate({sel(s, 'fleetscope_training_steps_total')}[{w}]))"))
+        JOB_STEP_RATE, f"avg by (training_job) (rate({sel(s, 'fleetscope_training_steps_total')}[{w}]))"))
     rules.append(Record(
-        job_tokens(s), f"sum by (training_job) (rate({sel(s, 'fleetscope_training_tokens_total')}[{w}]))"))
+        JOB_TOKEN_RATE, f"sum by (training_job) (rate({sel(s, 'fleetscope_training_tokens_total')}[{w}]))"))
     return Group("fleetscope-training.rules", tuple(rules))
 
 
-def cause_rules(s: Settings, throttle: str, clock_ratio: str, efa_retransmits: str) -> Group:
+def cause_rules(s: Settings) -> Group:
     """Per node (and GPU) indicators that explain a straggler, one series per ``cause``."""
     w = s.rate_window
     efa_errors = "\n  or\n  ".join(
@@ -86,16 +85,16 @@ def cause_rules(s: Settings, throttle: str, clock_ratio: str, efa_retransmits: s
     )
     hw_reasons = 'reason=~"hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"'
     pieces = [
-        ("gpu_throttled", f"max without (reason) ({throttle}{{{hw_reasons}}}) > {num(s.cause_throttle_share)}"),
-        ("gpu_low_sm_clock", f"max without (clock) ({clock_ratio}) < {num(s.cause_clock_ratio)}"),
-        ("efa_retransmits", f"{efa_retransmits} > {num(s.efa_retransmit_cause_per_second)}"),
+        ("gpu_throttled", f"max without (reason) ({GPU_THROTTLE_SHARE}{{{hw_reasons}}}) > {num(s.cause_throttle_share)}"),
+        ("gpu_low_sm_clock", f"max without (clock) ({GPU_CLOCK_RATIO}) < {num(s.cause_clock_ratio)}"),
+        ("efa_retransmits", f"{efa_rate('retransmit_packets')} > {num(s.efa_retransmit_cause_per_second)}"),
         ("efa_errors", f"(\n  {efa_errors}\n)"),
-        ("data_wait", f"max by (instance) ({rank_share(s, 'data')}) > {num(s.input_warning_share)}"),
+        ("data_wait", f"max by (instance) ({rank_share('data')}) > {num(s.input_warning_share)}"),
     ]
     expr = "\nor\n".join(
         f'label_replace(\n  {indent(piece)},\n  "cause", "{cause}", "", ""\n)' for cause, piece in pieces
     )
-    return Group("fleetscope-causes.rules", (Record(CAUSES, expr),))
+    return Group("fleetscope-causes.rules", (Record(NODE_SLOWDOWN_CAUSES, expr),))
 
 
 def alert_rules(s: Settings) -> Group:
@@ -222,7 +221,7 @@ def alert_rules(s: Settings) -> Group:
     for severity, share in (("warning", s.input_warning_share), ("critical", s.input_critical_share)):
         alerts.append(Alert(
             "TrainingInputBound",
-            f"{job_share(s, 'data')} > {num(share)}",
+            f"{job_share('data')} > {num(share)}",
             severity,  # type: ignore[arg-type]
             "A training job waits on its input pipeline for a large share of each step.",
             "Ranks of training job {{ $labels.training_job }} spend a median {{ $value | humanizePercentage }} of "
@@ -237,9 +236,9 @@ def alert_rules(s: Settings) -> Group:
         alerts.append(Alert(
             "TrainingRankInputBound",
             with_gpu(s, (
-                f"{rank_share(s, 'data')} > {num(share)}\n"
+                f"{rank_share('data')} > {num(share)}\n"
                 f"unless on (training_job)\n"
-                f"{job_share(s, 'data')} > {num(share)}"
+                f"{job_share('data')} > {num(share)}"
             )),
             severity,  # type: ignore[arg-type]
             "One training rank waits on its input pipeline while the rest of the job does not.",
@@ -252,11 +251,11 @@ def alert_rules(s: Settings) -> Group:
     alerts.append(Alert(
         "TrainingCommunicationBound",
         (
-            f"{job_share(s, 'comm')} > {num(s.comm_share)}\n"
+            f"{job_share('comm')} > {num(s.comm_share)}\n"
             f"unless on (training_job)\n"
             f"({RANK_COMPUTE_RATIO} > {num(s.straggler_ratio)})\n"
             f"unless on (training_job)\n"
-            f"({rank_share(s, 'data')} > {num(s.input_warning_share)})"
+            f"({rank_share('data')} > {num(s.input_warning_share)})"
         ),
         "warning",
         "A training job spends a large share of each step in exposed communication, with no straggler.",

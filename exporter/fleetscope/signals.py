@@ -1,0 +1,117 @@
+"""The PromQL vocabulary shared by the rules and the dashboards.
+
+Recording-rule names live here, once: ``fleetscope.rules`` records them and
+``fleetscope.dashboards`` reads them, so a dashboard panel and an alert that
+show the same signal read the same series. Names follow Prometheus's
+``level:metric:operations`` convention without the window: the production
+rules and the time-compressed e2e preset record the same names (over 5m and
+1m windows), so every dashboard works against either.
+
+The helpers at the end build PromQL that both sides need (a rank's GPU label,
+indentation of nested expressions). Nothing here imports the rule settings
+or the Grafana SDK. A new recording rule elsewhere (progress, NCCL) puts its
+name here too.
+"""
+
+from __future__ import annotations
+
+# -- label sets ---------------------------------------------------------------------------------------
+
+# Labels that identify one rank's series (besides the scrape job). Job-level aggregates keep `cluster`
+# too, so a dashboard's cluster filter still matches where Prometheus adds it as a target label.
+RANK_KEY = "instance, training_job, rank"
+JOB_KEY = "cluster, training_job"
+STAGE_KEY = "cluster, training_job, pp_stage"
+
+# -- training -----------------------------------------------------------------------------------------
+
+# Median over a pipeline stage's ranks of each rank's rolling-median compute time.
+STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_median:median"
+# A rank's rolling-median compute time over its stage's median (1.0 = typical), with `gpu` from rank_info.
+RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median"
+# Median over a job's ranks of each rank's rolling-median step time.
+JOB_STEP = "training_job:fleetscope_training_step_seconds_median:median"
+# Share of a rank's step time spent waiting for data / in exposed communication (rates over the window).
+RANK_DATA_SHARE = "rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate"
+RANK_COMM_SHARE = "rank:fleetscope_training_comm_seconds_per_step_seconds:ratio_rate"
+# The same shares, median over the job's ranks.
+JOB_DATA_SHARE = "training_job:fleetscope_training_data_seconds_per_step_seconds:median_ratio_rate"
+JOB_COMM_SHARE = "training_job:fleetscope_training_comm_seconds_per_step_seconds:median_ratio_rate"
+# Steps per second (mean over ranks) and tokens per second (sum over ranks) of a job.
+JOB_STEP_RATE = "training_job:fleetscope_training_steps:avg_rate"
+JOB_TOKEN_RATE = "training_job:fleetscope_training_tokens:rate"
+# Per node (and GPU) indicators that explain a straggler, one series per `cause`.
+NODE_SLOWDOWN_CAUSES = "instance_gpu:fleetscope_slowdown_cause:present"
+
+
+def rank_share(part: str) -> str:
+    """:data:`RANK_DATA_SHARE` or :data:`RANK_COMM_SHARE` by phase name."""
+    return {"data": RANK_DATA_SHARE, "comm": RANK_COMM_SHARE}[part]
+
+
+def job_share(part: str) -> str:
+    """:data:`JOB_DATA_SHARE` or :data:`JOB_COMM_SHARE` by phase name."""
+    return {"data": JOB_DATA_SHARE, "comm": JOB_COMM_SHARE}[part]
+
+
+# -- GPU ----------------------------------------------------------------------------------------------
+
+# Share of time a GPU's clocks were held down, per reason.
+GPU_THROTTLE_SHARE = "instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate"
+# A GPU's SM clock over the median SM clock of its node.
+GPU_CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"
+# Mean GPU utilization of a node.
+NODE_GPU_UTILIZATION = "instance:fleetscope_gpu_utilization_ratio:avg"
+
+# -- network ------------------------------------------------------------------------------------------
+
+EFA_RATE_COUNTERS = ("retransmit_packets", "rx_bytes", "tx_bytes", "rx_drops")
+TCP_RETRANSMIT_RATIO = "instance:fleetscope_tcp_retransmitted_segments_per_out_segments:ratio_rate"
+
+
+def efa_rate(counter: str) -> str:
+    """A node's EFA counter rate, summed over its devices and ports (counter from :data:`EFA_RATE_COUNTERS`)."""
+    if counter not in EFA_RATE_COUNTERS:
+        raise KeyError(counter)
+    return f"instance:fleetscope_efa_{counter}:rate"
+
+
+def interface_ratio(what: str) -> str:
+    """Errors or drops per packet of a network interface, labelled by ``direction``."""
+    if what not in ("errors", "dropped"):
+        raise KeyError(what)
+    return f"instance_device:fleetscope_net_{what}_per_packets:ratio_rate"
+
+
+# -- shared expressions -------------------------------------------------------------------------------
+
+
+def indent(text: str, by: str = "  ") -> str:
+    """Indent every line after the first, for an expression nested in another."""
+    return text.replace("\n", "\n" + by)
+
+
+def with_gpu(expr: str, rank_info: str) -> str:
+    """``expr`` per rank with the rank's ``gpu`` label from ``rank_info`` (a selector of
+    fleetscope_training_rank_info); ranks without rank_info are kept, without ``gpu``. The result is
+    parenthesised, so it composes with any operator."""
+    return (
+        f"(\n"
+        f"  (\n    {indent(expr, '    ')}\n  )\n"
+        f"    * on ({RANK_KEY}) group_left (gpu) {rank_info}\n"
+        f"  or\n"
+        f"  (\n    {indent(expr, '    ')}\n  )\n"
+        f"    unless on ({RANK_KEY}) {rank_info}\n"
+        f")"
+    )
+
+
+def recording_rule_names() -> frozenset[str]:
+    """Every recording-rule name of the vocabulary: the module's ``level:metric:operations`` constants and
+    the families built by functions. The rule files must record only these (a test checks it)."""
+    constants = {
+        value for name, value in globals().items()
+        if name.isupper() and isinstance(value, str) and value.count(":") == 2
+    }
+    families = {efa_rate(c) for c in EFA_RATE_COUNTERS} | {interface_ratio(w) for w in ("errors", "dropped")}
+    return frozenset(constants | families)
