@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 
 import pytest
-
+from fleetscope.engine import CollectorRunner, Engine, LiveCollector
+from fleetscope.errors import NoHardware
+from fleetscope.exposition import Format, negotiate
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from fleetscope.engine import CollectorRunner, Engine, LiveCollector
-from fleetscope.errors import NoHardware
+PROMETHEUS_2 = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 class Counting:
@@ -152,8 +157,7 @@ def test_live_collector_reads_at_scrape_time():
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 2
 
 
-def test_render_concatenates_collectors_into_one_valid_exposition():
-    from prometheus_client.exposition import choose_encoder
+def test_exposition_concatenates_collectors_into_one_valid_exposition():
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
     from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -163,11 +167,11 @@ def test_render_concatenates_collectors_into_one_valid_exposition():
     engine = Engine([a, b, live])
     a.run_once()
     b.run_once()
-    for accept, parse in (("", parse_text), ("application/openmetrics-text; version=1.0.0", parse_openmetrics)):
-        encoder, content_type = choose_encoder(accept)
-        text = engine.render(encoder, content_type).decode()
+    for accept, parse in (("", parse_text), (PROMETHEUS_2, parse_openmetrics)):
+        fmt = negotiate(accept)
+        text = engine.exposition(fmt, compressed=False).decode()
         families = {f.name: f for f in parse(text)}
-        assert text.count("# EOF") == (1 if "openmetrics" in content_type else 0)
+        assert text.count("# EOF") == (1 if fmt.openmetrics else 0)
         assert {s.labels["collector"] for s in families["fleetscope_collector_success"].samples} == {"a", "b", "live"}
         assert families["fleetscope_test_value"].samples[0].value == 1
         assert families["fleetscope_test_other"].samples[0].value == 7
@@ -179,21 +183,173 @@ def _other_family():
     return family
 
 
-def test_a_reading_is_rendered_once_and_rerendered_after_a_new_one():
-    from prometheus_client.exposition import generate_latest
+class CountingFormat:
+    """A negotiated format whose encoder counts what it renders (by family name)."""
 
-    calls = []
+    def __init__(self, accept: str = PROMETHEUS_2) -> None:
+        real = negotiate(accept)
+        self.rendered: list[str] = []
 
-    def encoder(registry):
-        calls.append(1)
-        return generate_latest(registry)
+        def encode(registry):
+            families = list(registry.collect())
+            self.rendered.extend(f.name for f in families)
+            return real.encode(registry)
 
+        self.fmt = Format(real.content_type, encode)
+
+    def count(self, name: str) -> int:
+        return self.rendered.count(name)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_reading_is_served_as_the_same_bytes_until_the_next_one(compressed):
+    counting = CountingFormat()
     runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
     engine = Engine([runner])
     runner.run_once()
-    first = engine.render(encoder, "text/plain")
-    second = engine.render(encoder, "text/plain")
-    assert first == second and b'fleetscope_test_value{k="a"} 1.0' in first
-    assert len(calls) == 3  # self-metrics twice, the reading once
+    first = engine.exposition(counting.fmt, compressed)
+    second = engine.exposition(counting.fmt, compressed)
+    assert first == second
+    text = gzip.decompress(first) if compressed else first
+    assert b'fleetscope_test_value{k="a"} 1.0' in text
+    assert counting.count("fleetscope_test_value") == 1  # rendered once for two scrapes
+    assert counting.count("fleetscope_collector_success") == 1  # self-metrics unchanged: not rendered again
     runner.run_once()
-    assert b'fleetscope_test_value{k="a"} 2.0' in engine.render(encoder, "text/plain")
+    third = engine.exposition(counting.fmt, compressed)
+    text = gzip.decompress(third) if compressed else third
+    assert b'fleetscope_test_value{k="a"} 2.0' in text
+    assert counting.count("fleetscope_test_value") == 2
+
+
+def test_a_new_reading_is_rendered_before_it_is_served_in_the_formats_asked_for():
+    openmetrics = CountingFormat(PROMETHEUS_2)
+    text = CountingFormat("text/plain;version=0.0.4")
+    runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
+    engine = Engine([runner])
+    runner.run_once()
+    engine.exposition(openmetrics.fmt, compressed=True)
+    assert openmetrics.count("fleetscope_test_value") == 1
+    runner.run_once()  # the collector's thread renders the new reading, as the scraper asked for it before
+    assert openmetrics.count("fleetscope_test_value") == 2
+    assert text.count("fleetscope_test_value") == 0  # a format nobody asked for is not rendered
+    body = gzip.decompress(engine.exposition(openmetrics.fmt, compressed=True))
+    assert b'fleetscope_test_value{k="a"} 2.0' in body
+    assert openmetrics.count("fleetscope_test_value") == 2  # the scrape rendered nothing of it
+
+
+def test_stale_reading_is_not_served_from_the_cache():
+    now = [1000.0]
+    runner = CollectorRunner("counting", Counting(), interval=1, timeout=1, staleness=30, clock=lambda: now[0])
+    engine = Engine([runner])
+    fmt = negotiate("text/plain")
+    runner.run_once()
+    assert b"fleetscope_test_value" in engine.exposition(fmt, compressed=False)
+    now[0] += 31
+    body = engine.exposition(fmt, compressed=False)
+    assert b"fleetscope_test_value" not in body
+    assert b'fleetscope_collector_success{collector="counting"} 1.0' in body
+
+
+class Unrenderable:
+    """Families an encoder refuses (a sample whose value is not a number)."""
+
+    tables = ()
+
+    def collect(self):
+        family = GaugeMetricFamily("fleetscope_test_broken", "broken")
+        family.add_metric([], "not a number")  # type: ignore[arg-type]
+        return [family]
+
+
+def test_series_that_cannot_be_rendered_leave_the_rest_of_the_scrape():
+    broken = CollectorRunner("broken", Unrenderable(), interval=60, timeout=1, staleness=60)
+    good = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
+    engine = Engine([broken, good])
+    broken.run_once()
+    good.run_once()
+    body = engine.exposition(negotiate(PROMETHEUS_2), compressed=False)
+    assert b"fleetscope_test_value" in body and b"fleetscope_test_broken" not in body
+    assert body.endswith(b"# EOF\n")
+
+
+class Versioned(Counting):
+    """Live state with a generation: its series change only when the generation does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+
+    def generation(self):
+        return self.version
+
+
+def test_live_collector_with_a_generation_is_collected_again_only_when_it_changed():
+    versioned = Versioned()
+    counting = CountingFormat()
+    engine = Engine([LiveCollector("live", versioned)])
+    first = engine.exposition(counting.fmt, compressed=False)
+    engine.exposition(counting.fmt, compressed=False)
+    assert versioned.calls == 1 and counting.count("fleetscope_test_value") == 1
+    versioned.version += 1
+    assert b'fleetscope_test_value{k="a"} 2.0' in engine.exposition(counting.fmt, compressed=False)
+    assert versioned.calls == 2
+    assert b'fleetscope_test_value{k="a"} 1.0' in first
+
+
+def test_live_collector_without_a_generation_is_read_on_every_scrape():
+    counting = Counting()
+    engine = Engine([LiveCollector("live", counting)])
+    fmt = negotiate("text/plain")
+    engine.exposition(fmt, compressed=False)
+    assert b'fleetscope_test_value{k="a"} 2.0' in engine.exposition(fmt, compressed=False)
+
+
+def _wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_unscraped_collector_pauses_and_the_next_scrape_wakes_it_with_a_fresh_reading():
+    now = [1000.0]
+    counting = Counting()
+    runner = CollectorRunner("counting", counting, interval=0.02, timeout=2, staleness=5, idle_after=0.2,
+                             clock=lambda: now[0])
+    engine = Engine([runner])
+    engine.start()
+    try:
+        assert _wait_until(lambda: runner.paused)
+        calls = counting.calls
+        time.sleep(0.2)
+        assert counting.calls == calls  # paused: no collection nobody would read
+        now[0] += 10  # the last reading is stale by now
+        body = engine.exposition(negotiate("text/plain"), compressed=False)
+        assert f'fleetscope_test_value{{k="a"}} {calls + 1}.0'.encode() in body  # waited for the new reading
+        assert _wait_until(lambda: counting.calls >= calls + 3)  # and it keeps collecting while scraped
+        assert not runner.paused
+    finally:
+        engine.stop()
+
+
+def test_collector_that_must_not_pause_keeps_collecting_unscraped():
+    counting = Counting()
+    runner = CollectorRunner("counting", counting, interval=0.02, timeout=2, staleness=5, idle_after=0.05,
+                             pausable=False)
+    engine = Engine([runner])
+    engine.start()
+    try:
+        assert _wait_until(lambda: counting.calls >= 20)
+        assert not runner.paused
+    finally:
+        engine.stop()
+
+
+def test_stop_ends_a_paused_collector():
+    runner = CollectorRunner("counting", Counting(), interval=0.01, timeout=1, staleness=1, idle_after=0.05)
+    runner.start()
+    assert _wait_until(lambda: runner.paused)
+    runner.stop()
+    assert runner._thread is not None
+    runner._thread.join(2)
+    assert not runner._thread.is_alive()

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import http.client
 import threading
 import time
 
 import httpx
 import pytest
-from prometheus_client.core import GaugeMetricFamily
-
 from fleetscope.collectors import CollectorEntry
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
+from prometheus_client.core import GaugeMetricFamily
 
 from .conftest import free_port
 
@@ -73,11 +73,12 @@ def test_hung_collector_leaves_metrics_answering_fast(server):
     base, daemon = server
     assert daemon.engine.wait_ready(5)
     timings = []
-    for _ in range(5):
-        started = time.perf_counter()
-        response = httpx.get(base + "/metrics", timeout=5)
-        timings.append(time.perf_counter() - started)
-        assert response.status_code == 200
+    with httpx.Client(timeout=5) as client:  # one connection: no per-request client setup in the timing
+        for _ in range(5):
+            started = time.perf_counter()
+            response = client.get(base + "/metrics")
+            timings.append(time.perf_counter() - started)
+            assert response.status_code == 200
     assert 'fleetscope_collector_success{collector="stuck"} 0.0' in response.text
     assert 'fleetscope_collector_success{collector="steady"} 1.0' in response.text
     assert 'fleetscope_test_value{k="label-7"} 7.0' in response.text
@@ -107,3 +108,47 @@ def test_openmetrics_by_negotiation_and_gzip(server):
     assert "content-encoding" not in plain.headers
     assert gzip.compress(plain.content)  # the plain body is the uncompressed text
     assert plain.headers["content-type"].startswith("text/plain")
+
+
+PROMETHEUS_2_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def _raw_get(base: str, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, bytes]:
+    """GET without any client-side decoding: the bytes as served."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        response = conn.getresponse()
+        return response, response.read()
+    finally:
+        conn.close()
+
+
+def test_scrape_like_prometheus_gets_the_same_gzip_bytes_for_the_same_reading(server):
+    base, daemon = server
+    assert daemon.engine.wait_ready(5)
+    scrape = {"Accept": PROMETHEUS_2_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.42.0"}
+    first, packed = _raw_get(base, scrape)
+    assert first.status == 200
+    assert first.getheader("Content-Encoding") == "gzip"
+    assert first.getheader("Content-Type").startswith("application/openmetrics-text; version=1.0.0")
+    assert "Accept-Encoding" in first.getheader("Vary")
+    _, again = _raw_get(base, scrape)
+    assert again == packed
+    plain_response, plain = _raw_get(base, {"Accept": PROMETHEUS_2_ACCEPT, "Accept-Encoding": "identity"})
+    assert plain_response.getheader("Content-Encoding") is None
+    assert gzip.decompress(packed) == plain
+    assert plain.endswith(b"# EOF\n") and b'fleetscope_test_value{k="label-7"} 7.0' in plain
+
+
+def test_scrape_refusing_gzip_or_asking_for_text_gets_it(server):
+    base, daemon = server
+    assert daemon.engine.wait_ready(5)
+    response, body = _raw_get(base, {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip;q=0"})
+    assert response.getheader("Content-Encoding") is None
+    assert response.getheader("Content-Type") == "text/plain; version=0.0.4; charset=utf-8"
+    assert b"# EOF" not in body and b'fleetscope_test_value{k="label-7"} 7.0' in body

@@ -36,7 +36,8 @@ def build_engine(config: Config, collectors: Mapping[str, Any], registry: Mappin
         if registry[name].live:
             runners.append(LiveCollector(name, collector))
         else:
-            runners.append(CollectorRunner(name, collector, settings.interval, settings.timeout, config.staleness_for(name)))
+            runners.append(CollectorRunner(name, collector, settings.interval, settings.timeout,
+                                           config.staleness_for(name), pausable=registry[name].pausable))
     return Engine(runners)
 
 

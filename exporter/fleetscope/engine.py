@@ -8,6 +8,13 @@ attempt is stacked on top of it until the first one returns. ``/metrics``
 only ever reads the latest completed :class:`Reading`, so a slow source can
 neither delay nor fail a scrape. Readings older than the staleness bound are
 dropped rather than served forever.
+
+A scrape costs what changed since the last one: each reading is rendered, in
+the formats scrapers have been asking for, by its collector's thread before it
+is published (:mod:`fleetscope.exposition`), so ``/metrics`` joins bytes. Work
+nothing reads is not done: a collector nobody has scraped for
+:data:`IDLE_AFTER` pauses until the next scrape, which waits (at most the
+collector's timeout) for a fresh reading.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +31,7 @@ from prometheus_client.core import Metric
 
 from fleetscope import __version__
 from fleetscope.errors import NoHardware
+from fleetscope.exposition import EMPTY, Chunk, Format, assemble, render
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics.engine import (
     BUILD_INFO,
@@ -37,6 +45,11 @@ logger = logging.getLogger("fleetscope.engine")
 
 Status = Literal["pending", "ok", "no_hardware", "failed", "timeout"]
 
+# Prometheus's lookback window: a target not scraped for this long has left every query's view,
+# so readings taken for it are work nothing reads.
+IDLE_AFTER = 300.0
+
+
 @dataclass
 class Reading:
     """The outcome of one collection attempt."""
@@ -48,18 +61,33 @@ class Reading:
     error: str = ""
 
 
-Encoder = Callable[[Any], bytes]
-OPENMETRICS_EOF = b"# EOF\n"
+@dataclass(frozen=True)
+class Served:
+    """What one collector contributes to a scrape: its self-metric facts and its rendered series."""
+
+    reading: Reading
+    last_success: float | None
+    hardware_present: bool
+    chunk: Chunk
 
 
-class _Fixed:
-    """A fixed list of families, in the shape the exposition encoders read."""
+class _Rendered:
+    """A list of families and its chunks, per format (``Content-Type``), filled as formats are asked for."""
 
-    def __init__(self, metrics: list[Metric]) -> None:
-        self._metrics = metrics
+    def __init__(self, metrics: list[Metric], chunks: dict[str, Chunk] | None = None) -> None:
+        self.metrics = metrics
+        self.chunks = chunks if chunks is not None else {}
 
-    def collect(self) -> list[Metric]:
-        return self._metrics
+    def chunk(self, fmt: Format, owner: str) -> Chunk:
+        chunk = self.chunks.get(fmt.content_type)
+        if chunk is None:
+            try:
+                chunk = render(self.metrics, fmt)
+            except Exception as exc:  # families one encoder refuses must not fail the whole scrape
+                logger.error("collector %s: cannot render its series as %s: %s", owner, fmt.content_type, exc)
+                return EMPTY
+            self.chunks[fmt.content_type] = chunk
+        return chunk
 
 
 class _Attempt:
@@ -70,7 +98,11 @@ class _Attempt:
 
 
 class CollectorRunner:
-    """Runs one collector in the background and keeps its latest reading."""
+    """Runs one collector in the background and keeps its latest reading, rendered.
+
+    ``pausable=False`` keeps collecting without scrapers: for a collector that
+    follows an event stream (the kernel log) that would overrun while paused.
+    """
 
     def __init__(
         self,
@@ -80,21 +112,27 @@ class CollectorRunner:
         timeout: float,
         staleness: float,
         clock: Callable[[], float] = time.time,
+        idle_after: float = IDLE_AFTER,
+        pausable: bool = True,
     ) -> None:
         self.name = name
         self.collector = collector
         self.interval = interval
         self.timeout = timeout
         self.staleness = staleness
+        self.idle_after = idle_after
+        self.pausable = pausable
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._reading = Reading()
         self._last_success: float | None = None
-        self._last_good: list[Metric] = []
-        # Rendered exposition of _last_good per content type: a reading is rendered once,
-        # not on every scrape (rendering dominates a scrape's cost).
-        self._rendered: tuple[list[Metric], dict[str, bytes]] = ([], {})
+        self._rendered = _Rendered([])
         self._hardware_present = True
+        # Formats scrapers asked for: Content-Type -> (format, when last asked, gzip wanted).
+        self._demand: dict[str, tuple[Format, float, bool]] = {}
+        self._last_scrape = time.monotonic()  # a new daemon collects for IDLE_AFTER before it may pause
+        self._paused = False
+        self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._worker_started = 0.0
         self._stop = threading.Event()
@@ -109,6 +147,7 @@ class CollectorRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def wait_first(self, timeout: float | None = None) -> bool:
         return self._first_done.wait(timeout)
@@ -117,12 +156,30 @@ class CollectorRunner:
     def attempted(self) -> bool:
         return self._first_done.is_set()
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             self.run_once()
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self.interval - elapsed))
+            if self.pausable:
+                self._pause_while_unscraped()
+
+    def _unscraped(self) -> bool:
+        return time.monotonic() - self._last_scrape > self.idle_after
+
+    def _pause_while_unscraped(self) -> None:
+        while not self._stop.is_set() and self._unscraped():
+            self._wake.clear()
+            self._paused = True
+            if not self._unscraped():  # a scrape came between the check and the flag
+                break
+            self._wake.wait()
+        self._paused = False
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -140,13 +197,13 @@ class CollectorRunner:
         self._worker.start()
         self._worker.join(self.timeout)
         with attempt.lock:
-            reading = attempt.reading
-            if reading is None:
+            finished = attempt.reading
+            if finished is None:
                 attempt.gave_up = True
-                reading = Reading("timeout", [], self._clock(), self.timeout, f"timed out after {self.timeout}s")
+                finished = Reading("timeout", [], self._clock(), self.timeout, f"timed out after {self.timeout}s")
                 logger.error("collector %s timed out after %.1fs", self.name, self.timeout)
-        self._record(reading)
-        return reading
+        self._record(finished)
+        return finished
 
     def _attempt(self, attempt: _Attempt) -> None:
         started_wall = self._clock()
@@ -167,61 +224,122 @@ class CollectorRunner:
             # The source came back after its timeout: its result is still the newest truth.
             self._record(reading)
 
+    def _prerender(self, metrics: list[Metric]) -> _Rendered:
+        """The new reading rendered in every format asked for lately, before anyone can be served it."""
+        rendered = _Rendered(metrics)
+        now = time.monotonic()
+        for fmt, asked, compressed in list(self._demand.values()):
+            if now - asked <= self.idle_after:
+                chunk = rendered.chunk(fmt, self.name)
+                if compressed:
+                    chunk.deflated()
+        return rendered
+
     def _record(self, reading: Reading) -> None:
+        rendered = self._prerender(reading.metrics) if reading.status == "ok" else None
         with self._lock:
             self._reading = reading
             if reading.status == "ok":
                 self._last_success = reading.started + reading.duration
-                self._last_good = reading.metrics
+                self._rendered = rendered or _Rendered(reading.metrics)
                 self._hardware_present = True
             elif reading.status == "no_hardware":
                 self._last_success = reading.started + reading.duration
-                self._last_good = []
+                self._rendered = _Rendered([])
                 self._hardware_present = False
+            self._lock.notify_all()
         self._first_done.set()
 
     # -- serving -------------------------------------------------------------------------------
 
+    def _fresh(self) -> bool:
+        return self._last_success is not None and self._clock() - self._last_success <= self.staleness
+
     def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
         """(latest reading, metrics fit to serve, last success time, hardware present)."""
         with self._lock:
-            fresh = self._last_success is not None and self._clock() - self._last_success <= self.staleness
-            metrics = self._last_good if fresh else []
+            metrics = self._rendered.metrics if self._fresh() else []
             return self._reading, metrics, self._last_success, self._hardware_present
 
-    def rendered(self, metrics: list[Metric], encoder: Encoder, content_type: str) -> bytes:
-        """The exposition of ``metrics`` (from :meth:`snapshot`), cached per reading."""
-        if not metrics:
-            return b""
-        cached_for, by_type = self._rendered
-        if cached_for is not metrics:
-            by_type = {}
-            self._rendered = (metrics, by_type)
-        text = by_type.get(content_type)
-        if text is None:
-            text = by_type[content_type] = encoder(_Fixed(metrics))
-        return text
+    def demand(self, fmt: Format, compressed: bool) -> bool:
+        """Note a scrape asking for ``fmt``; True if it woke the collector from a pause."""
+        now = time.monotonic()
+        self._last_scrape = now
+        previous = self._demand.get(fmt.content_type)
+        still_compressed = previous is not None and previous[2] and now - previous[1] <= self.idle_after
+        self._demand[fmt.content_type] = (fmt, now, compressed or still_compressed)
+        if self._paused:
+            self._wake.set()
+            return True
+        return False
+
+    def wait_fresh(self) -> None:
+        """After a pause: wait (at most the collector's timeout) until there is a reading fit to serve."""
+        deadline = time.monotonic() + self.timeout
+        with self._lock:
+            while not self._fresh() and not self._stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._lock.wait(remaining)
+
+    def serve(self, fmt: Format) -> Served:
+        """This collector's part of a scrape in ``fmt``: rendered once per reading."""
+        with self._lock:
+            reading, last_success, present = self._reading, self._last_success, self._hardware_present
+            rendered = self._rendered if self._fresh() else None
+        chunk = rendered.chunk(fmt, self.name) if rendered is not None else EMPTY
+        return Served(reading, last_success, present, chunk)
 
 
 class LiveCollector:
-    """A collector over in-memory state, read at scrape time (it must be cheap)."""
+    """A collector over in-memory state, read at scrape time (it must be cheap).
+
+    A collector with a ``generation()`` method (a value that changes whenever
+    its series would) is collected and rendered again only when it changed.
+    """
+
+    pausable = False
 
     def __init__(self, name: str, collector: Any, clock: Callable[[], float] = time.time) -> None:
         self.name = name
         self.collector = collector
         self._clock = clock
+        self._generation_of: Callable[[], object] | None = getattr(collector, "generation", None)
+        self._cached: tuple[object, Reading, _Rendered] | None = None
         self.attempted = True
 
-    def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
+    def _collect(self) -> Reading:
         started = self._clock()
         t0 = time.perf_counter()
         try:
             metrics = list(self.collector.collect())
         except Exception as exc:
             logger.error("collector %s failed: %s", self.name, exc)
-            return Reading("failed", [], started, time.perf_counter() - t0, str(exc)), [], None, True
-        reading = Reading("ok", metrics, started, time.perf_counter() - t0)
-        return reading, metrics, started, True
+            return Reading("failed", [], started, time.perf_counter() - t0, str(exc))
+        return Reading("ok", metrics, started, time.perf_counter() - t0)
+
+    def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
+        reading = self._collect()
+        return reading, reading.metrics, reading.started if reading.status == "ok" else None, True
+
+    def serve(self, fmt: Format) -> Served:
+        generation = self._generation_of() if self._generation_of is not None else None
+        cached = self._cached
+        if generation is None or cached is None or cached[0] != generation:
+            reading = self._collect()
+            cached = (generation, reading, _Rendered(reading.metrics))
+            if generation is not None and reading.status == "ok":
+                self._cached = cached
+        _, reading, rendered = cached
+        last_success = self._clock() if reading.status == "ok" else None  # in-memory state is current
+        return Served(reading, last_success, True, rendered.chunk(fmt, self.name))
+
+    def demand(self, fmt: Format, compressed: bool) -> bool:
+        return False
+
+    def wait_fresh(self) -> None:
+        pass
 
     def start(self) -> None:
         pass
@@ -232,15 +350,28 @@ class LiveCollector:
     def wait_first(self, timeout: float | None = None) -> bool:
         return True
 
-    def rendered(self, metrics: list[Metric], encoder: Encoder, content_type: str) -> bytes:
-        return encoder(_Fixed(metrics)) if metrics else b""
+
+def _self_families(named: Sequence[tuple[str, Reading, float | None, bool]]) -> list[Metric]:
+    builder = FamilyBuilder()
+    for name, reading, last_success, present in named:
+        if reading.status == "pending":
+            continue
+        labels = (name,)
+        builder.add(COLLECTOR_SUCCESS, labels, 1 if reading.status in ("ok", "no_hardware") else 0)
+        builder.add(COLLECTOR_DURATION_SECONDS, labels, reading.duration)
+        builder.add(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, labels, last_success)
+        builder.add(COLLECTOR_HARDWARE_PRESENT, labels, 1 if present else 0)
+    builder.add_info(BUILD_INFO, (), {"version": __version__, "python": platform.python_version()})
+    return builder.families()
 
 
 class Engine:
-    """All collectors of the daemon; also the ``prometheus_client`` collector for ``/metrics``."""
+    """All collectors of the daemon; also the ``prometheus_client`` collector for tools and tests."""
 
     def __init__(self, runners: Iterable[CollectorRunner | LiveCollector]) -> None:
         self.runners = list(runners)
+        # Self-metrics rendered per format, reused while no collector's facts changed.
+        self._own: dict[str, tuple[tuple[object, ...], Chunk]] = {}
 
     def start(self) -> None:
         for runner in self.runners:
@@ -267,40 +398,31 @@ class Engine:
                 return False
         return True
 
-    def _snapshots(self) -> tuple[list[Metric], list[tuple[CollectorRunner | LiveCollector, list[Metric]]]]:
-        """Self-metrics for every collector, and each collector's servable metrics."""
-        builder = FamilyBuilder()
-        served: list[tuple[CollectorRunner | LiveCollector, list[Metric]]] = []
-        for runner in self.runners:
-            reading, metrics, last_success, present = runner.snapshot()
-            served.append((runner, metrics))
-            if reading.status == "pending":
-                continue
-            labels = (runner.name,)
-            success = reading.status in ("ok", "no_hardware")
-            builder.add(COLLECTOR_SUCCESS, labels, 1 if success else 0)
-            builder.add(COLLECTOR_DURATION_SECONDS, labels, reading.duration)
-            builder.add(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, labels, last_success)
-            builder.add(COLLECTOR_HARDWARE_PRESENT, labels, 1 if present else 0)
-        builder.add_info(BUILD_INFO, (), {"version": __version__, "python": platform.python_version()})
-        return builder.families(), served
-
     def collect(self) -> Iterable[Metric]:
-        own, served = self._snapshots()
-        yield from own
-        for _, metrics in served:
+        """Self-metrics, then every collector's servable series (the registry path: tools and tests)."""
+        snapshots = [(runner.name, runner.snapshot()) for runner in self.runners]
+        yield from _self_families([(name, reading, last, present) for name, (reading, _, last, present) in snapshots])
+        for _, (_, metrics, _, _) in snapshots:
             yield from metrics
 
-    def render(self, encoder: Encoder, content_type: str) -> bytes:
-        """The whole exposition: self-metrics rendered now, readings from each runner's cache.
+    def exposition(self, fmt: Format, compressed: bool) -> bytes:
+        """The ``/metrics`` body in ``fmt``, gzip-framed when ``compressed``.
 
-        Collectors export disjoint metric names, so their renderings concatenate into one
-        valid exposition; OpenMetrics gets its single ``# EOF`` at the very end.
+        Collectors export disjoint metric names, so their chunks join into one
+        valid exposition, self-metrics first.
         """
-        own, served = self._snapshots()
-        chunks = [encoder(_Fixed(own))]
-        chunks += [runner.rendered(metrics, encoder, content_type) for runner, metrics in served]
-        if content_type.startswith("application/openmetrics-text"):
-            chunks = [chunk.removesuffix(OPENMETRICS_EOF) for chunk in chunks]
-            chunks.append(OPENMETRICS_EOF)
-        return b"".join(chunks)
+        woken = [runner for runner in self.runners if runner.demand(fmt, compressed)]
+        for runner in woken:
+            runner.wait_fresh()
+        served = [(runner.name, runner.serve(fmt)) for runner in self.runners]
+        return assemble([self._own_chunk(served, fmt), *(part.chunk for _, part in served)], fmt, compressed)
+
+    def _own_chunk(self, served: Sequence[tuple[str, Served]], fmt: Format) -> Chunk:
+        facts = [(name, part.reading, part.last_success, part.hardware_present) for name, part in served]
+        key = tuple((name, reading.status, reading.duration, last, present) for name, reading, last, present in facts)
+        cached = self._own.get(fmt.content_type)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        chunk = render(_self_families(facts), fmt)
+        self._own[fmt.content_type] = (key, chunk)
+        return chunk

@@ -1,8 +1,11 @@
 """The HTTP side: a FastAPI app for /metrics, health probes and collector routes.
 
 ``/metrics`` is a plain ``def`` route, so FastAPI runs it in its threadpool:
-rendering the exposition never blocks the event loop (and with it, pushes).
-It only reads the engine's latest readings, which never wait on hardware.
+a scrape never blocks the event loop (and with it, pushes), even when it has to
+render a format nobody asked for before or wait for a paused collector. It
+negotiates the format and gzip itself and serves the engine's pre-rendered
+bytes (:mod:`fleetscope.exposition`); the GZip middleware, which would compress
+the body again on every scrape, only handles the other routes.
 """
 
 from __future__ import annotations
@@ -13,17 +16,37 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetscope import __version__
 from fleetscope.engine import Engine
+from fleetscope.exposition import accepts_gzip, negotiate
 
 
 def make_registry(engine: Engine) -> CollectorRegistry:
-    """A registry over the engine, for tests and tools (``/metrics`` renders through the engine's cache)."""
+    """A registry over the engine, for tests and tools (``/metrics`` serves the engine's rendered bytes)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(engine)  # type: ignore[arg-type]
     return registry
+
+
+class GZipExcept:
+    """Starlette's GZip middleware for every path but one, which negotiates its own encoding.
+
+    The middleware would compress ``/metrics`` again on every scrape, and it
+    reads ``gzip;q=0`` as a yes.
+    """
+
+    def __init__(self, app: ASGIApp, path: str, minimum_size: int = 1024) -> None:
+        self.app = app
+        self.path = path
+        self.gzip = GZipMiddleware(app, minimum_size=minimum_size)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == self.path:
+            await self.app(scope, receive, send)
+        else:
+            await self.gzip(scope, receive, send)
 
 
 def create_app(
@@ -36,7 +59,7 @@ def create_app(
         version=__version__,
         description="Per-node daemon of fleetscope: GPU, EFA and network metrics, and training-step pushes.",
     )
-    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(GZipExcept, path=telemetry_path)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def landing() -> str:
@@ -51,8 +74,12 @@ def create_app(
 
     @app.get(telemetry_path, include_in_schema=False)
     def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(engine.render(encoder, content_type), media_type=content_type)
+        fmt = negotiate(request.headers.get("accept"))
+        compressed = accepts_gzip(request.headers.get("accept-encoding"))
+        headers = {"Vary": "Accept, Accept-Encoding"}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        return Response(engine.exposition(fmt, compressed), media_type=fmt.content_type, headers=headers)
 
     @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: the daemon answers.")
     def healthz() -> str:

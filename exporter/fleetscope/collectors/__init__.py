@@ -18,7 +18,9 @@ A collector class is built as ``Cls(config)`` and provides:
 * optionally ``close()``.
 
 ``live`` collectors (in-memory state such as pushed training steps) are
-collected at scrape time; all others run in the background on their interval.
+collected at scrape time; all others run in the background on their interval,
+pausing while nothing scrapes unless ``pausable`` is off (a collector that
+follows an event stream, which would overrun meanwhile).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class CollectorEntry:
     default_interval: float = 15.0
     default_timeout: float = 10.0
     live: bool = False
+    pausable: bool = True
 
     def load(self) -> type[Any]:
         module_name, _, attr = self.target.partition(":")
@@ -50,6 +53,7 @@ REGISTRY: dict[str, CollectorEntry] = {
     "gpu": CollectorEntry(
         "fleetscope.collectors.gpu:GpuCollector", "NVIDIA GPUs via NVML and the kernel log",
         default_interval=10.0, default_timeout=8.0,
+        pausable=False,  # it follows the kernel log: a paused reader could miss Xids the ring buffer overwrote
     ),
     "steps": CollectorEntry(
         "fleetscope.collectors.steps:StepsCollector", "training steps pushed by jobs", default_interval=1.0,
