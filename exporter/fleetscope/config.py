@@ -161,6 +161,26 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class NcclConfig:
+    dir: str = setting(
+        "nccl.dir", "/var/lib/fleetscope/nccl-inspector", parse_str,
+        "NCCL Inspector output directory (the jobs' NCCL_INSPECTOR_DUMP_DIR) and its direct subdirectories.",
+    )
+    ttl: float = setting(
+        "nccl.ttl", 900.0, parse_seconds,
+        "Forget a communicator that logged nothing, and stop following a file not written, for this long.",
+    )
+    max_read_bytes: int = setting(
+        "nccl.max-read-bytes", 8 << 20, parse_count,
+        "Most Inspector output read per collection; a larger backlog is read over several.",
+    )
+    max_keys: int = setting(
+        "nccl.max-keys", 1024, parse_count,
+        "Most (rank, communicator, operation, size bucket) totals kept; records of further ones are skipped.",
+    )
+
+
+@dataclass(frozen=True)
 class PushConfig:
     listen_address: str = setting(
         "push.listen-address", "", parse_address,
@@ -202,6 +222,7 @@ SECTIONS: dict[str, type] = {
     "net": NetConfig,
     "efa": EfaConfig,
     "gpu": GpuConfig,
+    "nccl": NcclConfig,
     "push": PushConfig,
     "log": LogConfig,
 }
@@ -215,6 +236,7 @@ class Config:
     net: NetConfig = field(default_factory=NetConfig)
     efa: EfaConfig = field(default_factory=EfaConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    nccl: NcclConfig = field(default_factory=NcclConfig)
     push: PushConfig = field(default_factory=PushConfig)
     log: LogConfig = field(default_factory=LogConfig)
     collectors: Mapping[str, CollectorSettings] = field(default_factory=lambda: default_collectors())

@@ -11,9 +11,22 @@ import pytest
 
 from fleetscope import metrics
 from fleetscope.collectors import REGISTRY
-from fleetscope.metrics import ALL_TABLES, MetricSpec, efa, ena, engine, gpu, lookup, netdev, netstat, push, training
+from fleetscope.metrics import (
+    ALL_TABLES,
+    MetricSpec,
+    efa,
+    ena,
+    engine,
+    gpu,
+    lookup,
+    nccl,
+    netdev,
+    netstat,
+    push,
+    training,
+)
 
-MODULES = (efa, ena, engine, gpu, netdev, netstat, push, training)
+MODULES = (efa, ena, engine, gpu, netdev, netstat, push, training, nccl)
 
 
 def constants(module: ModuleType) -> dict[str, MetricSpec]:
@@ -72,6 +85,7 @@ def test_all_tables_are_in_catalog_order() -> None:
     assert [(t.source, t.collector) for t in ALL_TABLES] == [
         ("engine", "engine"), ("efa", "efa"), ("netdev", "netdev"), ("netstat", "netstat"), ("ena", "ena"),
         ("nvml", "gpu"), ("pci", "gpu"), ("xid", "gpu"), ("gpu_jobs", "gpu"), ("steps", "steps"), ("push", "steps"),
+        ("nccl", "nccl"),
     ]
 
 

@@ -55,6 +55,10 @@ REGISTRY: dict[str, CollectorEntry] = {
         default_interval=10.0, default_timeout=8.0,
         pausable=False,  # it follows the kernel log: a paused reader could miss Xids the ring buffer overwrote
     ),
+    "nccl": CollectorEntry(
+        "fleetscope.collectors.nccl:NcclCollector", "NCCL Inspector plugin output of the node's ranks",
+        default_interval=10.0, default_timeout=8.0,
+    ),
     "steps": CollectorEntry(
         "fleetscope.collectors.steps:StepsCollector", "training steps pushed by jobs", default_interval=1.0,
         default_timeout=1.0, live=True,

@@ -1,0 +1,330 @@
+"""The NCCL Inspector reader: each shipped output shape, partial writes, rotation, truncation, garbage, limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_line
+from fleetscope.sources.fs import Root
+from fleetscope.sources.nccl import (
+    MAX_LINE_BYTES,
+    InspectorFile,
+    InspectorReader,
+    InspectorRecord,
+    MalformedRecord,
+    attribute_writer,
+    parse_record,
+    writer_pid,
+)
+
+from tests.conftest import FIXTURES
+
+NCCL = os.path.join(FIXTURES, "nccl")
+
+
+class Clock:
+    def __init__(self, now: float = 1_767_225_600.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def read_all(directory: str, **kwargs: object) -> tuple[list[tuple[InspectorFile, InspectorRecord]], InspectorReader]:
+    reader = InspectorReader(directory, max_read_bytes=int(kwargs.pop("max_read_bytes", 1 << 20)),  # type: ignore[call-overload]
+                             ttl=float(kwargs.pop("ttl", 1e12)), **kwargs)  # type: ignore[arg-type]
+    return list(reader.poll()), reader
+
+
+def lines_of(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().splitlines(keepends=True)
+
+
+# -- formats -------------------------------------------------------------------------------------------
+
+
+def test_nccl_2_28_shape_without_comm_name() -> None:
+    got, reader = read_all(os.path.join(NCCL, "v2.28"))
+    records = [r for _, r in got]
+    assert [(r.comm, r.operation, r.sequence) for r in records] == [
+        ("0x5c1f2a3b4d6e7f8", "AllReduce", 412), ("0x1a2b3c4d5e6f708", "AllGather", 1288),
+        ("0x5c1f2a3b4d6e7f8", "AllReduce", 413), ("0x1a2b3c4d5e6f708", "ReduceScatter", 1289),
+        ("0x5c1f2a3b4d6e7f8", "Broadcast", 414),
+    ]
+    first = records[0]
+    assert dataclasses.replace(first, seconds=0.0, bus_bandwidth=None, algo_bandwidth=None, dump_timestamp=None) == (
+        InspectorRecord(
+            kind="collective", comm="0x5c1f2a3b4d6e7f8", comm_rank=3, comm_ranks=16, operation="AllReduce",
+            message_bytes=26214400, seconds=0.0, comm_name="", comm_nodes=2, sequence=412,
+            timing_source="kernel_gpu", format_version="v4.0", hostname="gpu-st-p5-1", pid=51877,
+        ))
+    assert (first.seconds, first.bus_bandwidth, first.algo_bandwidth, first.dump_timestamp) == pytest.approx(
+        (412e-6, 119.300971e9, 63.627184e9, 1767225600.104211))
+    files = {f for f, _ in got}
+    assert files == {InspectorFile(os.path.join(NCCL, "v2.28", "gpu-st-p5-1-pid51877.log"), "gpu-st-p5-1", 51877)}
+    assert reader.stats.records == {"collective": 5, "p2p": 0}
+    assert sum(reader.stats.skipped.values()) == 0
+
+
+def test_nccl_2_30_shape_with_comm_name_and_p2p() -> None:
+    got, reader = read_all(os.path.join(NCCL, "v2.30"))
+    records = [r for _, r in got]
+    assert [(r.kind, r.operation, r.comm_name) for r in records] == [
+        ("collective", "AllGather", "default_pg"), ("collective", "ReduceScatter", "default_pg"),
+        ("collective", "AllReduce", "default_pg"), ("p2p", "Send", "unknown"), ("p2p", "Recv", "unknown"),
+        ("collective", "AllGather", "default_pg"),
+    ]
+    send = records[3]
+    assert (send.peer, send.sequence, send.message_bytes, send.comm_rank, send.comm_ranks) == (2, 3301, 6291456, 1, 4)
+    assert send.bus_bandwidth == pytest.approx(142.987636e9)
+    # Execution time 0 (below the microsecond): the plugin reports bandwidth 0, not a division by zero.
+    assert (records[-1].seconds, records[-1].bus_bandwidth) == (0.0, 0.0)
+    assert reader.stats.records == {"collective": 4, "p2p": 2}
+
+
+@pytest.mark.parametrize("shape", ["v2.28-verbose", "v2.30-verbose"])
+def test_verbose_records_parse_and_their_event_traces_are_ignored(shape: str) -> None:
+    got, reader = read_all(os.path.join(NCCL, shape))
+    assert len(got) == 2 and sum(reader.stats.skipped.values()) == 0
+    assert {r.timing_source for _, r in got} == {"kernel_gpu"}
+
+
+def test_readme_example_shape_without_timing_source() -> None:
+    (_, record), = read_all(os.path.join(NCCL, "readme"))[0]
+    assert (record.operation, record.timing_source, record.comm_name) == ("AllReduce", "", "")
+    assert record.seconds == pytest.approx(131e-6)
+    assert record.bus_bandwidth == pytest.approx(448.246229e9)
+
+
+def test_the_simulator_writes_what_the_plugin_writes() -> None:
+    """record_line reproduces the hand-written fixture lines byte for byte, in both shapes."""
+    old = lines_of(os.path.join(NCCL, "v2.28", "gpu-st-p5-1-pid51877.log"))
+    comm = Comm("0x5c1f2a3b4d6e7f8", rank=3, n_ranks=16, nnodes=2)
+    assert record_line(comm, "AllReduce", 412, 26214400, 412, hostname="gpu-st-p5-1", pid=51877,
+                       dump_us=1767225600104211, shape="2.28") == old[0]
+    new = lines_of(os.path.join(NCCL, "v2.30", "llm-pretrain-worker-3-pid17.log"))
+    comm = Comm("0x61c7d3e95a02b48", rank=1, n_ranks=4, nnodes=4)
+    assert record_line(comm, "Recv", 3302, 6291456, 47, hostname="llm-pretrain-worker-3", pid=17,
+                       dump_us=1767226000512071, p2p_peer=0, git_rev="b3aeda4a") == new[4]
+    comm = Comm("0x9b4e2d71c08a3f5", rank=12, n_ranks=32, nnodes=4, name="default_pg")
+    assert record_line(comm, "AllReduce", 90213, 8192, 31, hostname="llm-pretrain-worker-3", pid=17,
+                       dump_us=1767226000512058, git_rev="b3aeda4a") == new[2]
+
+
+def test_garbage_is_counted_by_reason_and_skipped() -> None:
+    got, reader = read_all(os.path.join(NCCL, "malformed"))
+    records = [r for _, r in got]
+    assert [r.sequence for r in records] == [412, 417]
+    future = records[1]  # unknown fields and a newer format string are ignored; "nan" is no bandwidth
+    assert (future.format_version, future.bus_bandwidth, future.algo_bandwidth) == ("v4.1", None, None)
+    assert reader.stats.skipped == {"json": 4, "fields": 3, "too_long": 0, "unknown_kind": 1}
+
+
+@pytest.mark.parametrize("line, reason", [
+    (('{"header":{"id":"0x1","rank":0,"n_ranks":2},"coll_perf":{"coll":"AllReduce","coll_msg_size_bytes":1,'
+     '"coll_exec_time_us":-5}}'), "fields"),
+    (('{"header":{"id":"0x1","rank":true,"n_ranks":2},"coll_perf":{"coll":"AllReduce","coll_msg_size_bytes":1,'
+     '"coll_exec_time_us":5}}'), "fields"),
+    (('{"header":{"id":"0x1","rank":0,"n_ranks":2},"coll_perf":{"coll":"","coll_msg_size_bytes":1,'
+     '"coll_exec_time_us":5}}'), "fields"),
+    ('{"header":"x","coll_perf":{}}', "fields"),
+    ('{"coll_perf":{"coll":"AllReduce"}}', "fields"),
+    ('"just a string"', "json"),
+    (('{"header":{"id":"0x1","rank":0,"n_ranks":2},"coll_perf":{"coll":"AllReduce","coll_msg_size_bytes":1,'
+     '"coll_exec_time_us":inf}}'), "json"),  # C's %lf of infinity is no JSON
+])
+def test_parse_record_refuses(line: str, reason: str) -> None:
+    with pytest.raises(MalformedRecord) as caught:
+        parse_record(line)
+    assert caught.value.reason == reason
+
+
+# -- following files -----------------------------------------------------------------------------------
+
+
+def comm_line(seq: int, pid: int = 4242, host: str = "node-a", size: int = 1 << 20, exec_us: int = 100) -> str:
+    return record_line(Comm("0xabc", rank=1, n_ranks=8, nnodes=1), "AllReduce", seq, size, exec_us,
+                       hostname=host, pid=pid, dump_us=1_767_225_600_000_000 + seq)
+
+
+def sequences(reader: InspectorReader) -> list[int | None]:
+    return [r.sequence for _, r in reader.poll()]
+
+
+def test_a_half_written_last_line_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "node-a-pid4242.log"
+    line = comm_line(2)
+    path.write_text(comm_line(1) + line[:57])
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    assert sequences(reader) == [1]
+    assert sequences(reader) == []  # still half a line: nothing, and nothing counted as malformed
+    with path.open("a") as handle:
+        handle.write(line[57:] + comm_line(3))
+    assert sequences(reader) == [2, 3]
+    assert sum(reader.stats.skipped.values()) == 0
+
+
+def test_rename_rotation_keeps_reading_the_renamed_file_and_finds_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "node-a-pid4242.log"
+    path.write_text(comm_line(1))
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    assert sequences(reader) == [1]
+    writer = path.open("a")  # the plugin's FILE*, kept open across the rotation
+    os.rename(path, tmp_path / "node-a-pid4242.log.1")
+    path.write_text(comm_line(100))  # logrotate's `create`: a new, empty-then-written file
+    writer.write(comm_line(2))
+    writer.close()
+    assert sorted(s for s in sequences(reader) if s is not None) == [2, 100]
+    assert reader.stats.files == 2
+
+
+def test_copytruncate_with_the_plugins_own_file_position(tmp_path: Path) -> None:
+    """The plugin's FILE* is opened "w", not append: after a truncation it writes on at its old offset,
+    so the file restarts with a hole of NUL bytes. Lines the reader had not reached are lost, never
+    misread; nothing is counted as malformed."""
+    path = tmp_path / "node-a-pid4242.log"
+    writer = path.open("w")
+    writer.write(comm_line(1))
+    writer.flush()
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    assert sequences(reader) == [1]
+    writer.write(comm_line(2))  # written, not yet read...
+    writer.flush()
+    with path.open("r+") as other:  # ...when logrotate copies and truncates
+        other.truncate(0)
+    writer.write(comm_line(3))
+    writer.close()
+    assert path.read_bytes().startswith(b"\0")
+    assert sequences(reader) == [3]
+    assert sum(reader.stats.skipped.values()) == 0
+
+
+def test_a_shorter_file_is_read_again_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "node-a-pid4242.log"
+    path.write_text(comm_line(1) + comm_line(2))
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    assert sequences(reader) == [1, 2]
+    with path.open("r+") as handle:
+        handle.truncate(0)
+    with path.open("a") as handle:  # an appending writer starts at 0 again
+        handle.write(comm_line(3))
+    assert sequences(reader) == [3]
+    assert reader.stats.truncations == 1
+
+
+def test_reads_at_most_the_budget_per_poll_and_catches_up(tmp_path: Path) -> None:
+    path = tmp_path / "node-a-pid4242.log"
+    path.write_text("")
+    lines = [comm_line(i) for i in range(1, 201)]
+    size = sum(len(x) for x in lines)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=size // 4, ttl=3600)
+    assert sequences(reader) == []
+    path.write_text("".join(lines))  # a burst: four polls' worth
+    seen: list[int | None] = []
+    polls = 0
+    while len(seen) < 200:
+        batch = sequences(reader)
+        assert 0 < len(batch) <= 200 // 4 + 1
+        seen += batch
+        assert reader.stats.unread_bytes == size - sum(len(line) for line in lines[:len(seen)])
+        polls += 1
+    assert seen == list(range(1, 201)) and polls >= 4
+
+
+@pytest.mark.parametrize("extra", [0, 7])
+def test_a_long_backlog_at_start_is_read_from_its_end(tmp_path: Path, extra: int) -> None:
+    lines = [comm_line(i) for i in range(1, 101)]
+    (tmp_path / "node-a-pid4242.log").write_text("".join(lines))
+    budget = sum(len(line) for line in lines[-10:]) + extra  # exactly ten lines, or ten and a piece
+    reader = InspectorReader(str(tmp_path), max_read_bytes=budget, ttl=3600)
+    got = sequences(reader)
+    assert got == list(range(91, 101))  # a cut line before them is dropped, not counted as malformed
+    assert sum(reader.stats.skipped.values()) == 0
+
+
+def test_a_line_without_end_is_skipped_as_too_long(tmp_path: Path) -> None:
+    path = tmp_path / "node-a-pid4242.log"
+    path.write_bytes(b"x" * (MAX_LINE_BYTES + 10) + b"\n" + comm_line(1).encode())
+    reader = InspectorReader(str(tmp_path), max_read_bytes=4 << 20, ttl=3600)
+    got: list[int | None] = []
+    for _ in range(3):
+        got += sequences(reader)
+    assert got == [1]
+    assert reader.stats.skipped["too_long"] == 1
+
+
+def test_old_files_are_ignored_idle_ones_expire_and_resume_without_rereading(tmp_path: Path) -> None:
+    clock = Clock()
+    old = tmp_path / "node-a-pid1.log"
+    old.write_text(comm_line(1, pid=1))
+    os.utime(old, (clock.now - 7200, clock.now - 7200))
+    live = tmp_path / "node-a-pid2.log"
+    live.write_text(comm_line(1, pid=2))
+    os.utime(live, (clock.now, clock.now))
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=600, clock=clock)
+    assert [(f.pid, r.sequence) for f, r in reader.poll()] == [(2, 1)]
+    clock.now += 601
+    assert sequences(reader) == []
+    assert [f.pid for f in reader.expired()] == [2] and reader.stats.files == 0
+    with live.open("a") as handle:  # a long evaluation pause, then training goes on
+        handle.write(comm_line(2, pid=2))
+    os.utime(live, (clock.now, clock.now))
+    assert sequences(reader) == [2]
+
+
+def test_per_job_subdirectories_and_prometheus_textfiles(tmp_path: Path) -> None:
+    (tmp_path / "81234").mkdir()
+    (tmp_path / "81234" / "node-a-pid7.log").write_text(comm_line(5, pid=7))
+    shutil.copytree(os.path.join(NCCL, "prom"), tmp_path / "prom")
+    (tmp_path / "notes.txt").write_text("not an output file\n")
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12)
+    assert sequences(reader) == [5]
+    assert [os.path.basename(p) for p in reader.stats.prometheus_files] == [
+        "nccl_inspector_metrics_GPU-5b1c7e4a-90d2-4f1e-8c33-2a6f0d9e1b47.prom"]
+
+
+def test_file_limit(tmp_path: Path) -> None:
+    for pid in range(5):
+        (tmp_path / f"node-a-pid{pid}.log").write_text(comm_line(1, pid=pid))
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12, max_files=3)
+    assert len(sequences(reader)) == 3
+    assert reader.stats.files_over_limit == 2
+    reader.close()
+    assert reader.stats.files == 3 and reader.followed() == []
+
+
+# -- which process wrote a file ------------------------------------------------------------------------
+
+
+def test_writer_in_the_host_pid_namespace(tmp_path: Path) -> None:
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    node.add_process(RankProcess(rank=9, local_rank=1, job="llm", host_pid=51877, pid=51877, hostname="gpu-st-p5-1"))
+    file = InspectorFile(str(tmp_path / "dump" / "gpu-st-p5-1-pid51877.log"), "gpu-st-p5-1", 51877)
+    procfs = Root(str(tmp_path / "proc"))
+    assert writer_pid(procfs, file) == 51877
+    job = attribute_writer(procfs, file)
+    assert job is not None and (job.training_job, job.rank, job.local_rank) == ("llm", "9", "1")
+
+
+def test_writers_in_pods_are_told_apart_by_hostname(tmp_path: Path) -> None:
+    """Two pods whose rank processes are both pid 17 inside, and a host process that is pid 17 on the host."""
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    pod = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    node.add_process(RankProcess(3, 3, "llm", host_pid=40017, pid=17, hostname="llm-worker-0"), pod_uid=pod)
+    node.add_process(RankProcess(11, 3, "llm", host_pid=40517, pid=17, hostname="llm-worker-1"), pod_uid=pod)
+    os.makedirs(tmp_path / "proc" / "17")
+    (tmp_path / "proc" / "17" / "status").write_text("Name:\tkthreadd\nNSpid:\t17\n")
+    (tmp_path / "proc" / "self").mkdir()
+    procfs = Root(str(tmp_path / "proc"))
+    file = InspectorFile("x", "llm-worker-1", 17)
+    assert writer_pid(procfs, file) == 40517
+    job = attribute_writer(procfs, file)
+    assert job is not None and (job.rank, job.pod_uid) == ("11", pod)
+    # No candidate carries the name: unknown rather than a guess.
+    assert writer_pid(procfs, InspectorFile("x", "llm-worker-9", 17)) is None
+    assert writer_pid(procfs, InspectorFile("x", "gone", 999)) is None
