@@ -107,15 +107,14 @@ class SimTree:
         and a port without a PMA ``counters/`` directory; EFA on current kernels has neither, so
         without these the collector reports nothing at all. fleetscope's sources ignore them.
         """
-        ib = os.path.join(self.paths.sysfs, "class", "infiniband")
+        sysfs = self.writer.sysfs
+        ib = sysfs.path("class", "infiniband")
         for name in sorted(os.listdir(ib)):
-            device = os.path.realpath(os.path.join(ib, name))
-            for attr, value in (("board_id", "EFA\n"), ("hca_type", "efa\n")):
-                with open(os.path.join(device, attr), "w", encoding="ascii") as handle:
-                    handle.write(value)
-            ports = os.path.join(device, "ports")
-            for port in os.listdir(ports):
-                os.makedirs(os.path.join(ports, port, "counters"), exist_ok=True)
+            device = os.path.relpath(os.path.realpath(os.path.join(ib, name)), sysfs.root)
+            sysfs.write(os.path.join(device, "board_id"), "EFA")
+            sysfs.write(os.path.join(device, "hca_type"), "efa")
+            for port in os.listdir(sysfs.path(device, "ports")):
+                sysfs.mkdir(os.path.join(device, "ports", port, "counters"))
 
 
 class TreeTicker:

@@ -9,6 +9,7 @@ from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.metrics import efa
+from fleetscope.sim.kernel_tree import SysfsTree
 from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading, read_efa
 from fleetscope.sources.fs import Root
 
@@ -244,9 +245,7 @@ def test_check_verdict(tree: str, expected_count: int, code: int) -> None:
 
 
 def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
-    from fleetscope.fixtures import write_efa_device
-
-    write_efa_device(str(tmp_path), "efa_0", "0000:00:06.0", None, None)
+    SysfsTree(str(tmp_path)).rdma_device("efa_0", "0000:00:06.0", None, None)
     config = load(
         {
             "path.sysfs": str(tmp_path),

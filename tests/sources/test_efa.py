@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from fleetscope.fixtures import EFA_PORT_NETWORK, EFA_PORT_RDMA_WRITE, P5_EFA_PCI_ADDRESSES, write_efa_device
+from fleetscope.sim.kernel_tree import EFA_PORT_NETWORK, EFA_PORT_RDMA_WRITE, SysfsTree, unplug
 from fleetscope.sources.efa import (
     EfaDevice,
     parse_counter,
@@ -107,7 +107,7 @@ def test_p5_reports_every_counter_of_all_32_devices_exactly() -> None:
 
 def test_p5_identity_comes_from_the_pci_function() -> None:
     devices = by_name(read_efa(tree("p5")).devices)
-    for address in P5_EFA_PCI_ADDRESSES:
+    for address in mk.P5_EFA_PCI_ADDRESSES:
         device = devices[mk.rdma_pci_name(address)]
         assert device.pci_address == address
         assert device.pci_device_id == "0xefa2"
@@ -179,7 +179,7 @@ def test_all_unreadable_and_missing_counter_directories() -> None:
 
 def test_unreadable_special_file_skips_that_counter(tmp_path: object) -> None:
     root = str(tmp_path)
-    write_efa_device(root, "efa_0", "0000:00:06.0", {"tx_bytes": 10, "rx_bytes": 20}, {"cmds_err": 1})
+    SysfsTree(root).rdma_device("efa_0", "0000:00:06.0", {"tx_bytes": 10, "rx_bytes": 20}, {"cmds_err": 1})
     fifo = os.path.join(root, "class", "infiniband", "efa_0", "ports", "1", "hw_counters", "rx_drops")
     os.mkfifo(fifo)  # reads as empty without blocking (non-blocking open, no writer)
     (device,) = read_efa(Root(root)).devices
@@ -199,7 +199,7 @@ class VanishingRoot(Root):
 
     def read_attr(self, *parts: str) -> str:
         if self.victim in parts and "hw_counters" in parts:
-            shutil.rmtree(self.path("class", "infiniband", self.victim), ignore_errors=True)
+            unplug(self.path("class", "infiniband", self.victim))
         return super().read_attr(*parts)
 
 
@@ -218,7 +218,7 @@ def test_device_vanishing_mid_read_is_left_out(tmp_path: object) -> None:
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
 def test_permission_denied_skips_that_counter(tmp_path: object) -> None:
     root = str(tmp_path)
-    write_efa_device(root, "efa_0", "0000:00:06.0", {"tx_bytes": 10, "rx_bytes": 20}, {"cmds_err": 1})
+    SysfsTree(root).rdma_device("efa_0", "0000:00:06.0", {"tx_bytes": 10, "rx_bytes": 20}, {"cmds_err": 1})
     os.chmod(os.path.join(root, "class", "infiniband", "efa_0", "ports", "1", "hw_counters", "rx_bytes"), 0)
     (device,) = read_efa(Root(root)).devices
     assert dict(device.ports[0].counters.values) == {"tx_bytes": 10}

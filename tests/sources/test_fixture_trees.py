@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fleetscope.fixtures import rdma_pci_name
+from fleetscope.sim.kernel_tree import rdma_pci_name
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 
@@ -40,11 +40,18 @@ def test_committed_tree_matches_generator(name: str, tmp_path: object) -> None:
     assert [p for p in fresh if committed[p] != fresh[p]] == []
 
 
-def test_efa_links_resolve_to_pci_functions() -> None:
-    link = os.path.join(FIXTURES, "p5", "sys", "class", "infiniband", "rdmap79s0", "device")
-    assert os.readlink(link) == "../../../devices/pci0000:4f/0000:4f:00.0"
-    assert os.path.isfile(os.path.join(link, "vendor"))
-    assert os.path.basename(os.readlink(os.path.join(link, "driver"))) == "efa"
+def test_links_follow_the_kernel_layout() -> None:
+    sysfs = os.path.join(FIXTURES, "p5", "sys")
+    entry = os.path.join(sysfs, "class", "infiniband", "rdmap79s0")
+    assert os.readlink(entry) == "../../devices/pci0000:4f/0000:4f:00.0/infiniband/rdmap79s0"
+    device = os.path.join(entry, "device")
+    assert os.readlink(device) == "../../../0000:4f:00.0"
+    assert os.path.isfile(os.path.join(device, "vendor"))
+    assert os.readlink(os.path.join(device, "driver")) == "../../../bus/pci/drivers/efa"
+    assert os.path.samefile(os.path.join(sysfs, "bus", "pci", "devices", "0000:4f:00.0"), device)
+    nic = os.path.join(sysfs, "class", "net", "ens32")
+    assert os.readlink(nic) == "../../devices/pci0000:27/0000:27:00.0/net/ens32"
+    assert os.readlink(os.path.join(sysfs, "class", "net", "lo")) == "../../devices/virtual/net/lo"
 
 
 @pytest.mark.parametrize(

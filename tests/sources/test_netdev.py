@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
 from fleetscope.config import NetConfig
-from fleetscope.fixtures import write_netdev
+from fleetscope.sim.kernel_tree import SysfsTree, unplug
 from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import STATISTICS, parse_speed, read_netdev, select_interfaces
 from tests.conftest import FIXTURES
@@ -89,7 +88,7 @@ def test_malformed_statistic_is_absent_and_unknown_speed_is_none() -> None:
 
 def test_missing_files_are_absent_not_zero(tmp_path: object) -> None:
     root = str(tmp_path)
-    write_netdev(root, "ens5", {"rx_bytes": 77}, speed=None, carrier_changes=None)
+    SysfsTree(root).net_interface("ens5", {"rx_bytes": 77}, speed=None, carrier_changes=None)
     os.remove(os.path.join(root, "class", "net", "ens5", "statistics", "tx_bytes"))
     os.remove(os.path.join(root, "class", "net", "ens5", "mtu"))
     (ens5,) = read_netdev(Root(root))
@@ -107,12 +106,13 @@ class VanishingRoot(Root):
 
     def read_int(self, *parts: str, base: int = 10) -> int:
         if "veth0" in parts:
-            shutil.rmtree(self.path("class", "net", "veth0"), ignore_errors=True)
+            unplug(self.path("class", "net", "veth0"))
         return super().read_int(*parts, base=base)
 
 
 def test_interface_vanishing_mid_read_is_left_out(tmp_path: object) -> None:
     root = str(tmp_path)
-    write_netdev(root, "ens5", {"rx_bytes": 1}, pci_address="0000:00:05.0", driver="ena")
-    write_netdev(root, "veth0", {"rx_bytes": 2})
+    sysfs = SysfsTree(root)
+    sysfs.net_interface("ens5", {"rx_bytes": 1}, pci_address="0000:00:05.0", driver="ena")
+    sysfs.net_interface("veth0", {"rx_bytes": 2})
     assert [i.name for i in read_netdev(VanishingRoot(root))] == ["ens5"]

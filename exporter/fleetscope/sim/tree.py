@@ -1,21 +1,31 @@
 """Write a node model to disk the way the kernel shows it: a sysfs tree, a procfs tree, a kernel log.
 
-Every file is replaced atomically (write a temporary file, rename): a reader
-racing with a tick sees the old or the new value, never a torn number that
-would look like a counter reset. Unchanged files are not rewritten.
+The layout and the atomic, write-when-changed file handling are :mod:`fleetscope.sim.kernel_tree`'s
+(the one tree writer, shared with the test fixtures and the benchmarks); this module maps a
+:class:`NodeModel` onto it every tick, and writes the two state files that cannot be kernel files
+(``gpu.json`` for the NVML fake, ``ena.json`` for the ethtool statistics).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 
+from fleetscope.sim.kernel_tree import (
+    NETSTAT_FIELDS,
+    SNMP_FIELDS,
+    FileTree,
+    ProcfsTree,
+    SysfsTree,
+    kernel_sections,
+    kmsg_record,
+)
 from fleetscope.sim.node import ENA_COUNTERS, NodeModel
 
 EFA_PCI_DEVICE_IDS = {"p4d.24xlarge": "0xefa1", "p5.48xlarge": "0xefa2"}
+EFA_FIRMWARE = "0.0.0"
 
 
 def scratch_base() -> str | None:
@@ -75,82 +85,30 @@ class TreeWriter:
     def __init__(self, model: NodeModel, paths: NodePaths) -> None:
         self.model = model
         self.paths = paths
-        self._written: dict[str, str] = {}
+        self.sysfs = SysfsTree(paths.sysfs)
+        self.procfs = ProcfsTree(paths.procfs)
+        self.files = FileTree(paths.root)  # the simulator's own state files
         self._removed: set[str] = set()
         self._kmsg_seq = 1000
         self._boot_wall = time.time() - model.uptime
 
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _write(self, path: str, text: str) -> None:
-        if self._written.get(path) == text:
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="ascii") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-        self._written[path] = text
-
-    def _sys(self, *parts: str) -> str:
-        return os.path.join(self.paths.sysfs, *parts)
-
-    def _symlink(self, link: str, target: str) -> None:
-        if os.path.islink(link):
-            return
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
-
-    def _device_link(self, child_dir: str, pci: str) -> None:
-        """``<dev>/device`` the way the kernel writes it: up to the bus, then down by the PCI address."""
-        link = os.path.join(child_dir, "device")
-        if not os.path.islink(link):
-            os.makedirs(child_dir, exist_ok=True)
-            os.symlink(os.path.join("..", "..", "..", os.path.basename(pci)), link)
-
-    # -- static layout -----------------------------------------------------------------------
-
     def setup(self) -> None:
-        """Create the parts that never change (identity files, links); counters come with :meth:`update`."""
+        """Create the node's directories and its expectations; every kernel file comes with :meth:`update`."""
         os.makedirs(self.paths.root, exist_ok=True)
         os.makedirs(self.paths.jobs_dir, exist_ok=True)
         open(self.paths.kmsg, "a").close()
         model = self.model
         # What the node's daemon is configured to expect, as a provisioning tool would set it.
-        self._write(self.paths.node_info, json.dumps({
+        self.files.write_text(os.path.basename(self.paths.node_info), json.dumps({
             "name": model.name, "instance_type": model.profile.instance_type,
             "gpu_count": model.profile.gpu_count, "efa_count": model.profile.efa_count,
         }))
-        device_id = EFA_PCI_DEVICE_IDS.get(model.profile.instance_type, "0xefa1")
-        drivers = self._sys("bus", "pci", "drivers")
-        for numa, efa in enumerate(model.efa):
-            pci = self._pci_dir(efa.pci_address)
-            self._write(os.path.join(pci, "vendor"), "0x1d0f\n")
-            self._write(os.path.join(pci, "device"), f"{device_id}\n")
-            self._write(os.path.join(pci, "numa_node"), f"{numa * 2 // max(1, len(model.efa))}\n")
-            self._symlink(os.path.join(pci, "driver"), os.path.join(drivers, "efa"))
-        for i, nic in enumerate(model.nics):
-            pci = self._pci_dir(f"0000:{0x20 + i:02x}:00.0")
-            self._write(os.path.join(pci, "vendor"), "0x1d0f\n")
-            self._write(os.path.join(pci, "device"), "0xec20\n")
-            self._symlink(os.path.join(pci, "driver"), os.path.join(drivers, "ena"))
-            netdir = os.path.join(pci, "net", nic.name)
-            self._symlink(self._sys("class", "net", nic.name), netdir)
-            self._device_link(netdir, pci)
-            for name, value in (("operstate", "up"), ("address", nic.address), ("mtu", "9001"),
-                                ("speed", str(model.profile.ena_speed_mbps)), ("carrier", "1"), ("type", "1")):
-                self._write(os.path.join(netdir, name), f"{value}\n")
-        lo = self._sys("devices", "virtual", "net", "lo")
-        self._symlink(self._sys("class", "net", "lo"), lo)
-        for name, value in (("operstate", "unknown"), ("address", "00:00:00:00:00:00"), ("mtu", "65536"),
-                            ("carrier", "1"), ("type", "772")):
-            self._write(os.path.join(lo, name), f"{value}\n")
-        for counter in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets"):
-            self._write(os.path.join(lo, "statistics", counter), "0\n")
         self.update()
 
-    def _pci_dir(self, address: str) -> str:
-        return self._sys("devices", "pci0000:00", address)
+    @staticmethod
+    def _nic_pci_address(index: int) -> str:
+        # Where Nitro puts the ENA functions (bus 0, from slot 5), clear of the GPU and EFA functions.
+        return f"0000:00:{0x05 + index:02x}.0"
 
     # -- every tick --------------------------------------------------------------------------
 
@@ -162,80 +120,47 @@ class TreeWriter:
         self._append_kmsg()
 
     def _write_efa(self) -> None:
-        rate = self.model.profile.efa_rate_gbps
-        rate_text = {400: "400 Gb/sec (8X HDR)", 200: "200 Gb/sec (4X HDR)"}.get(rate, f"{rate} Gb/sec (4X EDR)")
-        for efa in self.model.efa:
-            pci = self._pci_dir(efa.pci_address)
-            devdir = os.path.join(pci, "infiniband", efa.name)
-            link = self._sys("class", "infiniband", efa.name)
+        model = self.model
+        rate = model.profile.efa_rate_gbps
+        rate_text = {400: "400 Gb/sec (8X HDR)", 200: "200 Gb/sec (4X HDR)"}.get(
+            rate, f"{rate} Gb/sec (4X EDR)")
+        device_id = EFA_PCI_DEVICE_IDS.get(model.profile.instance_type, "0xefa1")
+        for position, efa in enumerate(model.efa):
             if not efa.present:
                 # The device vanished: the driver unregistered it, so its class entry and directory go.
                 if efa.name not in self._removed:
-                    if os.path.islink(link):
-                        os.unlink(link)
-                    shutil.rmtree(devdir, ignore_errors=True)
-                    self._written = {p: t for p, t in self._written.items() if not p.startswith(devdir + os.sep)}
+                    self.sysfs.remove_rdma_device(efa.name, efa.pci_address)
                     self._removed.add(efa.name)
                 continue
             self._removed.discard(efa.name)
-            self._write(os.path.join(devdir, "node_guid"), f"{efa.node_guid}\n")
-            self._write(os.path.join(devdir, "fw_ver"), "0.0.0\n")
-            self._write(os.path.join(devdir, "node_type"), "1: CA\n")
-            self._write(os.path.join(devdir, "hw_counters", "lifespan"), "12\n")
-            for name, value in efa.device.items():
-                self._write(os.path.join(devdir, "hw_counters", name), f"{value}\n")
-            port = os.path.join(devdir, "ports", "1")
-            self._write(os.path.join(port, "state"), "4: ACTIVE\n")
-            self._write(os.path.join(port, "phys_state"), "5: LinkUp\n")
-            self._write(os.path.join(port, "rate"), f"{rate_text}\n")
-            self._write(os.path.join(port, "link_layer"), "Unknown\n")
-            self._write(os.path.join(port, "hw_counters", "lifespan"), "12\n")
-            for name, value in efa.port.items():
-                self._write(os.path.join(port, "hw_counters", name), f"{value}\n")
-            self._device_link(devdir, pci)
-            self._symlink(link, devdir)
+            self.sysfs.rdma_device(
+                efa.name, efa.pci_address, efa.port, efa.device, device_id=device_id,
+                numa_node=position * 2 // max(1, len(model.efa)), node_guid=efa.node_guid,
+                fw_ver=EFA_FIRMWARE, rate=rate_text,
+            )
 
     def _write_netdev(self) -> None:
-        for nic in self.model.nics:
-            netdir = os.path.realpath(self._sys("class", "net", nic.name))
-            for name, value in nic.stats.items():
-                self._write(os.path.join(netdir, "statistics", name), f"{value}\n")
-            self._write(os.path.join(netdir, "carrier_changes"), f"{nic.carrier_changes}\n")
+        model = self.model
+        for index, nic in enumerate(model.nics):
+            self.sysfs.net_interface(
+                nic.name, nic.stats, operstate="up", carrier_changes=nic.carrier_changes,
+                speed=model.profile.ena_speed_mbps, mtu=9001, address=nic.address,
+                pci_address=self._nic_pci_address(index), driver="ena",
+            )
+        self.sysfs.net_interface("lo", {}, operstate="unknown", carrier_changes=0, mtu=65536)
 
     def _write_procfs(self) -> None:
         model = self.model
-        proc = self.paths.procfs
-        lines = ["Inter-|   Receive                                                |  Transmit",
-                 (" face |bytes    packets errs drop fifo frame compressed multicast|"
-                  "bytes    packets errs drop fifo colls carrier compressed")]
-        lines.append(f"    lo: {'0 ' * 16}".rstrip())
-        for nic in model.nics:
-            s = nic.stats
-            rx = [s["rx_bytes"], s["rx_packets"], s["rx_errors"], s["rx_dropped"] + s["rx_missed_errors"], 0, 0, 0, 0]
-            tx = [s["tx_bytes"], s["tx_packets"], s["tx_errors"], s["tx_dropped"], 0, 0, 0, 0]
-            lines.append(f"{nic.name:>6}: " + " ".join(str(v) for v in rx + tx))
-        self._write(os.path.join(proc, "net", "dev"), "\n".join(lines) + "\n")
-        tcp_names = ["RtoAlgorithm", "RtoMin", "RtoMax", "MaxConn", *model.tcp, "CurrEstab"]
-        tcp_values = [1, 200, 120000, -1, *model.tcp.values(), 48]
-        snmp = (
-            "Ip: Forwarding DefaultTTL InReceives InDelivers OutRequests\n"
-            f"Ip: 1 64 {model.tcp['InSegs']} {model.tcp['InSegs']} {model.tcp['OutSegs']}\n"
-            f"Tcp: {' '.join(tcp_names)}\n"
-            f"Tcp: {' '.join(str(v) for v in tcp_values)}\n"
-            "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n"
-            "Udp: 1200 3 0 1180 0 0\n"
-        )
-        self._write(os.path.join(proc, "net", "snmp"), snmp)
-        netstat = (
-            f"TcpExt: SyncookiesSent {' '.join(model.tcp_ext)}\n"
-            f"TcpExt: 0 {' '.join(str(v) for v in model.tcp_ext.values())}\n"
-            "IpExt: InNoRoutes InCsumErrors\n"
-            "IpExt: 0 0\n"
-        )
-        self._write(os.path.join(proc, "net", "netstat"), netstat)
-        self._write(os.path.join(proc, "uptime"), f"{model.uptime:.2f} {model.uptime * 150:.2f}\n")
-        # Boot time, so kernel-log stamps (microseconds since boot) map to wall-clock time.
-        self._write(os.path.join(proc, "stat"), f"cpu  0 0 0 0 0 0 0 0 0 0\nbtime {int(self._boot_wall)}\n")
+        self.procfs.net_dev({"lo": {}, **{nic.name: nic.stats for nic in model.nics}})
+        tcp = {"RtoAlgorithm": 1, "RtoMin": 200, "RtoMax": 120000, "MaxConn": -1, "CurrEstab": 48,
+               **model.tcp}
+        ip = {"Forwarding": 1, "DefaultTTL": 64, "InReceives": model.tcp["InSegs"],
+              "InDelivers": model.tcp["InSegs"], "OutRequests": model.tcp["OutSegs"]}
+        udp = {"InDatagrams": 1200, "NoPorts": 3, "OutDatagrams": 1180}
+        self.procfs.net_snmp(kernel_sections(SNMP_FIELDS, {"Ip": ip, "Tcp": tcp, "Udp": udp}))
+        self.procfs.net_netstat(kernel_sections(NETSTAT_FIELDS, {"TcpExt": dict(model.tcp_ext)}))
+        self.procfs.uptime(model.uptime)
+        self.procfs.stat(self._boot_wall)
 
     def _write_gpu_state(self) -> None:
         """The GPU half of the node: read by the node process, which feeds its NVML fake."""
@@ -267,16 +192,16 @@ class TreeWriter:
                 for g in model.gpus
             ],
         }
-        self._write(self.paths.gpu_state, json.dumps(state, indent=None, sort_keys=True))
+        self.files.write_text(os.path.basename(self.paths.gpu_state), json.dumps(state, sort_keys=True))
         ena = {nic.name: {name: nic.ena[name] for name in ENA_COUNTERS} for nic in model.nics}
-        self._write(self.paths.ena_stats, json.dumps(ena, sort_keys=True))
+        self.files.write_text(os.path.basename(self.paths.ena_stats), json.dumps(ena, sort_keys=True))
 
     def _append_kmsg(self) -> None:
         lines = self.model.drain_kmsg()
         if not lines:
             return
-        with open(self.paths.kmsg, "a", encoding="utf-8") as handle:
-            for line in lines:
-                # /dev/kmsg record format: priority,sequence,microseconds,flags;message
-                self._kmsg_seq += 1
-                handle.write(f"3,{self._kmsg_seq},{int(self.model.uptime * 1e6)},-;{line}\n")
+        records = []
+        for line in lines:
+            self._kmsg_seq += 1
+            records.append(kmsg_record(3, self._kmsg_seq, int(self.model.uptime * 1e6), line))
+        self.files.append_text(os.path.basename(self.paths.kmsg), "".join(records))

@@ -102,24 +102,19 @@ def _copy(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_sysfs(fake: FakeNvml, sysfs_root: str, present: list[int] | None = None) -> None:
-    """Write ``bus/pci/devices/<addr>/{vendor,device,class}`` for the fake's GPUs (and one non-GPU device).
+    """The PCI functions of the fake's GPUs (vendor, device, class) in a sysfs tree, and two that are not GPUs.
 
     ``present`` limits which GPUs are on the bus (a GPU that vanished from PCI entirely).
     """
-    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
-    os.makedirs(devices, exist_ok=True)
+    from fleetscope.sim.kernel_tree import SysfsTree
+
+    sysfs = SysfsTree(sysfs_root)
     for gpu in fake.gpus:
         if present is not None and gpu.index not in present:
             continue
-        _device(devices, gpu.sysfs_address, "0x10de", f"0x{gpu.pci_device_id >> 16:04x}", "0x030200")
+        sysfs.pci_function(gpu.sysfs_address, vendor="0x10de", device_id=f"0x{gpu.pci_device_id >> 16:04x}",
+                           driver="nvidia", pci_class="0x030200")
     # An NVSwitch bridge (class 0x0680) and an ENA NIC: on the bus, not GPUs.
-    _device(devices, "0000:07:00.0", "0x10de", "0x22a3", "0x068000")
-    _device(devices, "0000:00:05.0", "0x1d0f", "0xec20", "0x020000")
-
-
-def _device(devices: str, address: str, vendor: str, device: str, pci_class: str) -> None:
-    path = os.path.join(devices, address)
-    os.makedirs(path, exist_ok=True)
-    for name, value in (("vendor", vendor), ("device", device), ("class", pci_class)):
-        with open(os.path.join(path, name), "w", encoding="ascii") as handle:
-            handle.write(value + "\n")
+    sysfs.pci_function("0000:07:00.0", vendor="0x10de", device_id="0x22a3", driver="nvidia",
+                       pci_class="0x068000")
+    sysfs.pci_function("0000:00:05.0", vendor="0x1d0f", device_id="0xec20", driver="ena")
