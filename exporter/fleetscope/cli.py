@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import math
 import sys
 from typing import Any, Callable, Sequence
 
@@ -77,16 +78,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    setup_logging("warning" if config.log.level == "info" else config.log.level)
-    from fleetscope.check import run_check
+    """Exit 0 healthy, 1 unhealthy (a real finding), 2 could not tell: anything unexpected is a 2.
 
-    findings, code = run_check(config, timeout=args.timeout)
-    for finding in findings:
-        print(finding.line())
-    if code == 0:
-        print("HEALTHY")
-    return code
+    A Slurm health check drains the node on 1, so a crash of the checker itself must never read as 1.
+    """
+    from fleetscope.health import EXIT_UNKNOWN
+
+    try:
+        config = config_from_args(args)
+        setup_logging("warning" if config.log.level == "info" else config.log.level)
+        from fleetscope.check import run_check
+
+        findings, code = run_check(config, timeout=args.timeout)
+        for finding in findings:
+            print(finding.line())
+        if code == 0:
+            print("HEALTHY")
+        return code
+    except ConfigError as exc:
+        print(f"fleetscope check: could not tell: configuration error: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a crash of the checker must never read as "unhealthy"
+        print(f"fleetscope check: could not tell: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return EXIT_UNKNOWN
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above zero (argparse refuses anything else as bad input)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}")
+    return value
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -112,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="One-shot node health verdict: exit 0 healthy, 1 unhealthy, 2 unknown.")
     add_setting_flags(check)
-    check.add_argument("--timeout", type=float, default=20.0, help="Seconds to wait for each collector.")
+    check.add_argument("--timeout", type=positive_seconds, default=20.0,
+                       help="Seconds the whole check may take; a collector still reading then counts as unknown.")
     check.set_defaults(func=cmd_check)
 
     catalog = sub.add_parser("catalog", help="Write the metric catalog generated from the metric tables.")

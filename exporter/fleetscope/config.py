@@ -326,6 +326,8 @@ def read_yaml(path: str) -> dict[str, Any]:
             data = yaml.safe_load(handle)
     except OSError as exc:
         raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config: {path} is not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from None
     if data is None:

@@ -176,8 +176,12 @@ class NvmlSource:
         self._versions = (str(driver), str(nvml_version))
         return pynvml
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, wait: float = 2.0) -> None:
+        """End the session; a read stuck in the driver holds the lock, and then the session is left open."""
+        if not self._lock.acquire(timeout=wait):
+            logger.warning("NVML: a call has not returned for %.0fs; leaving the NVML session open", wait)
+            return
+        try:
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
@@ -190,6 +194,8 @@ class NvmlSource:
                 except self._nvml.NVMLError:
                     pass
                 self._nvml = None
+        finally:
+            self._lock.release()
 
     # -- isolated calls ----------------------------------------------------------------------------
 
