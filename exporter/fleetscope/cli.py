@@ -57,9 +57,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def setup_logging(level: str) -> None:
+    from fleetscope.logfilter import RepeatFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RepeatFilter())  # a flood of one failure must not fill the journal
     logging.basicConfig(
         level=getattr(logging, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],
     )
 
 

@@ -115,6 +115,17 @@ def setting(key: str, default: Any, parse: Callable[[Any], Any], help: str) -> A
 class WebConfig:
     listen_address: str = setting("web.listen-address", ":9402", parse_address, "Address for /metrics and the API.")
     telemetry_path: str = setting("web.telemetry-path", "/metrics", parse_str, "Path under which metrics are served.")
+    max_connections: int = setting(
+        "web.max-connections", 512, parse_count,
+        "Most open connections per listening address (0: as many as the open files limit leaves); beyond it "
+        "the connection that has waited longest on its client is closed.",
+    )
+    read_header_timeout: float = setting(
+        "web.read-header-timeout", 10.0, parse_seconds, "Longest a client may take to send a request's headers.",
+    )
+    read_timeout: float = setting(
+        "web.read-timeout", 30.0, parse_seconds, "Longest a client may take to send a whole request, body included.",
+    )
 
 
 @dataclass(frozen=True)

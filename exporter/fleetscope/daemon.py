@@ -10,9 +10,11 @@ from typing import Any, Mapping
 from fastapi import APIRouter, FastAPI
 
 from fleetscope.collectors import REGISTRY, CollectorEntry
+from fleetscope.collectors.http import HttpCollector
 from fleetscope.config import Config, split_address
 from fleetscope.engine import CollectorRunner, Engine, LiveCollector
 from fleetscope.http import create_app, create_push_app
+from fleetscope.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
 
 logger = logging.getLogger("fleetscope.daemon")
 
@@ -53,21 +55,30 @@ class Daemon:
     async def serve(self) -> None:
         import uvicorn  # lazy: `fleetscope check` never needs a server
 
+        from fleetscope.server import uvicorn_config
+
         self.engine.start()
-        apps = [(self.app, self.config.web.listen_address)]
+        apps = [("main", self.app, self.config.web.listen_address)]
         if self.push_app is not None:
-            apps.append((self.push_app, self.config.push.listen_address))
-        for app, address in apps:
-            host, port = split_address(address)
-            uv_config = uvicorn.Config(
-                app, host=host, port=port, log_level=self.config.log.level, access_log=False, lifespan="off",
-                workers=1,
-            )
+            apps.append(("push", self.push_app, self.config.push.listen_address))
+        open_files = raise_open_files_limit()
+        for name, app, address in apps:
+            stats = self.listener_stats(name)
+            stats.limits = fit_to_open_files(stats.limits, len(apps), open_files)
+            uv_config = uvicorn_config(app, split_address(address), stats, self.config.log.level)
             self.servers.append(uvicorn.Server(uv_config))
         try:
             await asyncio.gather(*(server.serve() for server in self.servers))
         finally:
             self.engine.stop()
+
+    def listener_stats(self, name: str) -> ListenerStats:
+        """Counts for listener ``name``: the ``http`` collector's, exported; private ones when it is off."""
+        http = self.collectors.get("http")
+        if isinstance(http, HttpCollector):
+            return http.listener(name)
+        web = self.config.web
+        return ListenerStats(name, ListenerLimits(web.max_connections, web.read_header_timeout, web.read_timeout))
 
     def request_stop(self) -> None:
         for server in self.servers:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetscope.config import load
+from fleetscope.config import Config, load
+from fleetscope.listeners import ListenerLimits, fit_to_open_files
 
 from tests.conftest import require_binary
 from tests.deploy.manifests import REPO
@@ -122,3 +123,12 @@ def test_unit_file_is_plain_ini() -> None:
     parser.read_string(UNIT.read_text())
     assert {"Unit", "Service", "Install"} <= set(parser.sections())
     assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_open_files_limit_leaves_both_listeners_their_default_connection_cap() -> None:
+    """systemd's soft default (1024) would lower web.max-connections; the unit raises it."""
+    (limit,) = unit_settings()["LimitNOFILE"]
+    web = Config().web
+    fitted = fit_to_open_files(ListenerLimits(web.max_connections, web.read_header_timeout, web.read_timeout),
+                               2, int(limit))
+    assert fitted.max_connections == web.max_connections

@@ -18,6 +18,7 @@ from fleetscope.metrics import (
     ena,
     engine,
     gpu,
+    http,
     lookup,
     nccl,
     netdev,
@@ -26,7 +27,7 @@ from fleetscope.metrics import (
     training,
 )
 
-MODULES = (efa, ena, engine, gpu, netdev, netstat, push, training, nccl)
+MODULES = (efa, ena, engine, gpu, netdev, netstat, push, training, nccl, http)
 
 
 def constants(module: ModuleType) -> dict[str, MetricSpec]:
@@ -86,6 +87,7 @@ def test_all_tables_are_in_catalog_order() -> None:
         ("engine", "engine"), ("efa", "efa"), ("netdev", "netdev"), ("netstat", "netstat"), ("ena", "ena"),
         ("nvml", "gpu"), ("pci", "gpu"), ("xid", "gpu"), ("gpu_jobs", "gpu"), ("steps", "steps"), ("push", "steps"),
         ("nccl", "nccl"),
+        ("http", "http"),
     ]
 
 

@@ -63,4 +63,8 @@ REGISTRY: dict[str, CollectorEntry] = {
         "fleetscope.collectors.steps:StepsCollector", "training steps pushed by jobs", default_interval=1.0,
         default_timeout=1.0, live=True,
     ),
+    "http": CollectorEntry(
+        "fleetscope.collectors.http:HttpCollector", "the daemon's HTTP listeners", default_interval=1.0,
+        default_timeout=1.0, live=True,
+    ),
 }

@@ -1,7 +1,7 @@
 """The metric contract: every metric fleetscope exports, in one importable place.
 
 One module per source (:mod:`.efa`, :mod:`.netdev`, :mod:`.netstat`,
-:mod:`.ena`, :mod:`.gpu`, :mod:`.training`, :mod:`.push`, :mod:`.engine`, :mod:`.nccl`),
+:mod:`.ena`, :mod:`.gpu`, :mod:`.training`, :mod:`.push`, :mod:`.engine`, :mod:`.nccl`, :mod:`.http`),
 each with one UPPER_SNAKE constant per metric (the name without
 ``fleetscope_<subsystem>_``, e.g. ``training.STEPS_TOTAL``) and its table.
 ``str(spec)`` is the metric name, so rules and dashboards write
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from fleetscope.metrics import efa, ena, engine, gpu, nccl, netdev, netstat, push, training
+from fleetscope.metrics import efa, ena, engine, gpu, http, nccl, netdev, netstat, push, training
 from fleetscope.metrics.spec import NAMESPACE, MetricKind, MetricSpec, MetricTable
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ena",
     "engine",
     "gpu",
+    "http",
     "lookup",
     "nccl",
     "netdev",
@@ -50,6 +51,7 @@ ALL_TABLES: tuple[MetricTable, ...] = (
     training.TABLE,
     push.TABLE,
     nccl.TABLE,
+    http.TABLE,
 )
 
 

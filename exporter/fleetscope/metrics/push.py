@@ -9,7 +9,8 @@ PREFIX = "fleetscope_push_"
 RECORDS_TOTAL = MetricSpec("fleetscope_push_records_total", "counter", "Step records stored.")
 REJECTED_TOTAL = MetricSpec(
     "fleetscope_push_rejected_total", "counter",
-    "Pushes refused, by reason (invalid, too_large, limit, unauthorized).", ("reason",))
+    "Pushes refused, by reason (invalid, too_large, limit, unauthorized, incomplete: the body did not "
+    "arrive whole).", ("reason",))
 JOBS = MetricSpec("fleetscope_push_jobs", "gauge", "Training jobs with at least one live rank.")
 RANKS = MetricSpec("fleetscope_push_ranks", "gauge", "Ranks whose series are live.")
 EXPIRED_TOTAL = MetricSpec(

@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from fleetscope.config import PushConfig
 from fleetscope.push.gateway import (
@@ -79,11 +80,15 @@ async def read_bounded(request: Request, limit: int) -> bytes:
             )
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise PushRefused(413, "too_large", f"body exceeds {limit} bytes (push.max-body-bytes)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise PushRefused(413, "too_large", f"body exceeds {limit} bytes (push.max-body-bytes)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client hung up, or the server closed it for sending too slowly (web.read-timeout).
+        raise PushRefused(400, "incomplete", "the body did not arrive whole") from None
     return b"".join(chunks)
 
 
