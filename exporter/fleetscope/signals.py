@@ -83,6 +83,32 @@ def interface_ratio(what: str) -> str:
     return f"instance_device:fleetscope_net_{what}_per_packets:ratio_rate"
 
 
+# -- NCCL Inspector (rules/nccl.py) --------------------------------------------------------------------
+
+# Per rank, communicator, collective and size bucket: mean execution time of one collective over the window.
+NCCL_COLLECTIVE_MEAN = "comm_rank_collective:fleetscope_nccl_collective_seconds_per_collective:ratio_rate"
+# Median over a communicator's reporting ranks (two or more) of that mean, per collective and size bucket.
+NCCL_COMM_COLLECTIVE_MEDIAN = "comm_collective:fleetscope_nccl_collective_seconds_per_collective:median"
+# A rank's collective time in a communicator over what the communicator's median rank spends on the same
+# collectives (1.0 = typical; the rank that arrives last waits least, so it is lowest).
+NCCL_RANK_COMM_RATIO = "comm_rank:fleetscope_nccl_collective_seconds:ratio_comm_median"
+# What the median rank spends per second on those collectives minus what this rank spends: the share of
+# its peers' time spent waiting for it (negative for a rank that waits for others).
+NCCL_RANK_COMM_WAIT = "comm_rank:fleetscope_nccl_collective_seconds:rate_below_comm_median"
+# Per rank over all its communicators: the highest ratio (below the threshold only when it is late in every
+# communicator it is in, so a rank held up by a late peer in another group is not named) and the largest wait.
+NCCL_RANK_RATIO = "rank:fleetscope_nccl_collective_seconds:max_ratio_comm_median"
+NCCL_RANK_WAIT = "rank:fleetscope_nccl_collective_seconds:max_rate_below_comm_median"
+# Bus bandwidth a communicator delivered per collective and size bucket: the best rank's (the last to arrive
+# has no wait in its time), then over its own average an offset earlier, then per node the lowest such ratio
+# of the communicators it has ranks in.
+NCCL_COMM_BUS_BANDWIDTH = (
+    "training_job_comm_collective:fleetscope_nccl_collective_bus_bytes_per_collective_seconds:max_ratio_rate")
+NCCL_COMM_BUS_BANDWIDTH_BASELINE = (
+    "training_job_comm_collective:fleetscope_nccl_collective_bus_bytes_per_collective_seconds:ratio_baseline")
+NCCL_NODE_BUS_BANDWIDTH_BASELINE = (
+    "instance_training_job:fleetscope_nccl_collective_bus_bytes_per_collective_seconds:min_ratio_baseline")
+
 # -- shared expressions -------------------------------------------------------------------------------
 
 

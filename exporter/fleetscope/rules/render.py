@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import yaml
 
-from fleetscope.rules import gpu, network, selfmon, training
+from fleetscope.rules import gpu, nccl, network, selfmon, training
 from fleetscope.rules.model import Alert, Group, Record, Rule
 from fleetscope.rules.settings import PRESETS, Settings
 
@@ -27,10 +27,12 @@ def build_groups(settings: Settings) -> list[Group]:
         training.recording_rules(settings),
         gpu.recording_rules(settings),
         network.recording_rules(settings),
+        nccl.recording_rules(settings),
         training.cause_rules(settings),
         training.alert_rules(settings),
         gpu.alert_rules(settings),
         network.alert_rules(settings),
+        nccl.alert_rules(settings),
         selfmon.alert_rules(settings),
     ]
 

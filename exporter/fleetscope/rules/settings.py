@@ -59,6 +59,15 @@ class Settings:
     low_activity_ratio: float = 0.5  # DCGM: SM activity < 0.5 "likely ineffective"
     low_activity_for: str = "30m"
 
+    # NCCL Inspector: the rank that arrives last at its collectives, and bus-bandwidth collapse.
+    nccl_late_ratio: float = 0.8  # collective time below this share of the communicator median's...
+    nccl_late_wait_share: float = 0.05  # ...and its peers wait for it at least this share of their time
+    nccl_late_for: str = "15m"
+    nccl_bandwidth_ratio: float = 0.5  # delivered bus bandwidth below half its own recent average
+    nccl_bandwidth_window: str = "15m"
+    nccl_bandwidth_baseline_offset: str = "1h"
+    nccl_bandwidth_for: str = "10m"
+
     # GPU.
     throttle_share: float = 0.25  # share of time in a thermal / HW slowdown / power-brake clock event
     throttle_for: str = "10m"
@@ -107,6 +116,8 @@ class Settings:
                 seconds(value)
         if self.evaluation_interval:
             seconds(self.evaluation_interval)
+        if not 0 < self.nccl_late_ratio < 1 or not 0 < self.nccl_bandwidth_ratio < 1:
+            raise ValueError("nccl_late_ratio and nccl_bandwidth_ratio are shares of a typical value, in (0, 1)")
         if self.slowdown_ratio < 1.03:
             raise ValueError("slowdown_ratio below 1.03 alerts on diurnal swings (1-2%)")
         if not 0 < self.straggler_critical_score < 1 / self.straggler_ratio:
@@ -128,6 +139,10 @@ E2E = dataclasses.replace(
     slowdown_window="1m",
     slowdown_baseline_offset="3m",
     slowdown_for="30s",
+    nccl_late_for="1m",
+    nccl_bandwidth_window="1m",
+    nccl_bandwidth_baseline_offset="3m",
+    nccl_bandwidth_for="30s",
     hang_min_seconds=30.0,
     hang_max_seconds=300.0,
     hang_for="10s",
