@@ -158,8 +158,8 @@ def alert_rules(s: Settings) -> Group:
     wait = (
         f"{{{{ with printf `{NCCL_RANK_WAIT}{{instance=\"%s\",training_job=\"%s\",rank=\"%s\"}}` "
         "$labels.instance $labels.training_job $labels.rank | query }}"
-        "{{ with index . 0 }} Its peers spend {{ .Value | humanizePercentage }} of their time waiting for it in "
-        "the collectives.{{ end }}{{ end }}"
+        "{{ with index . 0 }} Its peers' collectives spend {{ .Value | humanizePercentage }} of the time waiting "
+        "for it.{{ end }}{{ end }}"
     )
     rank = "Rank {{ $labels.rank }} of training job {{ $labels.training_job }} on {{ $labels.instance }}"
     arrives = (

@@ -179,10 +179,10 @@ class RankProcess:
 class InspectorNode:
     """One node's Inspector output directory and the procfs entries of its rank processes."""
 
-    def __init__(self, dump_dir: str, procfs: str, shape: Shape = "2.30") -> None:
+    def __init__(self, dump_dir: str, procfs: str, hostname: str = "node") -> None:
         self.dump_dir = dump_dir
         self.procfs = procfs
-        self.shape = shape
+        self.hostname = hostname  # the node's own name: what a process outside a pod gets from gethostname()
         self._files: dict[int, str] = {}  # host pid -> output path
         os.makedirs(dump_dir, exist_ok=True)
 
@@ -230,3 +230,81 @@ def comm_id(seed: int) -> str:
 
 def round_us(seconds: float) -> int:
     return max(0, math.floor(seconds * 1e6))
+
+
+# -- a job that trains while its output is read --------------------------------------------------------
+
+
+@dataclass
+class InspectorJob:
+    """A data-parallel job writing Inspector output in real time: ``ranks_per_node`` ranks on each node.
+
+    Every rank is one process with its own file; all ranks share one communicator spanning the nodes.
+    Each step, every rank works ``step_work`` seconds (a few percent of jitter; a rank in ``slow`` times
+    its factor, as a throttled GPU or a slow input pipeline would), issuing its collectives as gradient
+    buckets fill; :class:`CollectiveModel` gives each rank's execution times. :meth:`advance` runs the
+    steps that fit in the wall-clock time since the last call and writes them as one dump per rank.
+    ``pods``: each rank runs in a pod (hostname ``<job>-worker-<rank>``, pid 1 inside the container).
+    """
+
+    name: str
+    nodes: Sequence[InspectorNode]
+    ranks_per_node: int
+    collectives: Sequence[CollectiveSpec]
+    step_work: float = 0.2
+    step_overhead: float = 0.01  # optimizer and host time after the last collective
+    jitter: float = 0.02
+    slow: dict[int, float] = field(default_factory=dict)
+    pods: bool = False
+    shape: Shape = "2.30"
+    seed: int = 1
+    _procs: list[tuple[InspectorNode, RankProcess]] = field(default_factory=list)
+    _sequence: int = 0
+    _clock: float = 0.0
+    _rng: random.Random = field(default_factory=random.Random)
+    _model: CollectiveModel | None = None
+    _comm: str = ""
+
+    def start(self, now: float, first_pid: int) -> None:
+        for index, node in enumerate(self.nodes):
+            for local in range(self.ranks_per_node):
+                rank = index * self.ranks_per_node + local
+                host_pid = first_pid + rank
+                proc = RankProcess(
+                    rank, local, self.name, host_pid=host_pid, pid=1 if self.pods else host_pid,
+                    hostname=f"{self.name}-worker-{rank}" if self.pods else node.hostname,
+                )
+                node.add_process(proc, pod_uid=f"00000000-0000-4000-8000-{self.seed:06d}{rank:06d}" if self.pods else "")
+                self._procs.append((node, proc))
+        self._rng = random.Random(self.seed)
+        self._model = CollectiveModel(self.collectives, len(self._procs), rng=random.Random(self.seed + 1))
+        self._comm = comm_id(self.seed)
+        self._clock = now
+
+    def advance(self, now: float) -> int:
+        """Run the steps that end by ``now``; returns how many."""
+        lines: list[list[str]] = [[] for _ in self._procs]
+        steps = 0
+        while True:
+            work = [
+                self.step_work * (1 + self._rng.gauss(0, self.jitter)) * self.slow.get(proc.rank, 1.0)
+                for _, proc in self._procs
+            ]
+            assert self._model is not None, "start() first"
+            per_rank, end = self._model.step(work)
+            if self._clock + end + self.step_overhead > now:
+                break  # this step has not finished yet: it runs again, drawn afresh, next time
+            self._clock += end + self.step_overhead
+            steps += 1
+            dump_us = int(self._clock * 1e6)
+            for i, (_, proc) in enumerate(self._procs):
+                comm = Comm(self._comm, proc.rank, len(self._procs), len(self.nodes), "default_pg")
+                for k, (spec, seconds) in enumerate(per_rank[i]):
+                    lines[i].append(record_line(
+                        comm, spec.op, self._sequence + k + 1, spec.message_bytes, round_us(seconds),
+                        hostname=proc.hostname, pid=proc.pid, dump_us=dump_us, shape=self.shape))
+            self._sequence += len(per_rank[0])
+        for i, (node, proc) in enumerate(self._procs):
+            if lines[i]:
+                node.append(proc, lines[i])
+        return steps
