@@ -85,3 +85,60 @@ def test_watcher_keeps_the_first_firing_time_and_ignores_pending_and_errors():
     watcher.poll()
     assert watcher.sightings[(("alertname", "A"),)].first_firing == first_a
     assert set(watcher.sightings) == {(("alertname", "A"),), (("alertname", "B"),)}
+
+
+def test_expectations_follow_the_cluster_layout():
+    from fleetscope.sim.cluster import make_cluster
+    from fleetscope.sim.detection import expectation
+
+    faults = parse_schedule([
+        {"kind": "thermal_throttle", "at": 60, "node": "node-01", "gpu": 3},
+        {"kind": "hw_slowdown", "at": 60, "node": "node-02", "gpu": 5},
+        {"kind": "slow_dataloader", "at": 60, "job": "job-a", "rank": 4},
+        {"kind": "job_hang", "at": 60, "job": "job-a", "params": {"first_rank": 6}},
+    ])
+    spec = make_cluster(nodes=3, jobs=1, faults=faults)  # job-a on all three nodes: ranks 0-23
+    throttle, slowdown, loader, hang = (expectation(f, spec) for f in faults)
+    assert [p.describe() for p in throttle.expected] == [
+        "GpuThrottled{gpu=3, instance=node-01}", "TrainingStragglerRank{rank=11, training_job=job-a}"]
+    assert [p.describe() for p in slowdown.expected][1] == "TrainingStragglerRank{rank=21, training_job=job-a}"
+    assert loader.expected[0].describe() == "TrainingRankInputBound{rank=4, training_job=job-a}"
+    assert hang.expected[0].describe() == "TrainingJobHang{rank=6, training_job=job-a}"
+    # A GPU no job uses slows nobody: only the GPU alert is expected.
+    idle = make_cluster(nodes=3, jobs=1, faults=faults[:1])
+    idle = idle.__class__(idle.nodes, (), idle.faults)
+    assert [p.alertname for p in expectation(faults[0], idle).expected] == ["GpuThrottled"]
+
+
+def test_xid_alerts_follow_the_catalog_action():
+    from fleetscope.sim.detection import xid_alert
+
+    assert xid_alert(79) == "GpuXidRebootRequired"
+    assert xid_alert(48) == "GpuXidResetRequired" and xid_alert(119) == "GpuXidResetRequired"
+    assert xid_alert(94) == "GpuXidApplicationError" and xid_alert(13) == "GpuXidApplicationError"
+    assert xid_alert(74) == "GpuXidNvlinkError"
+    assert xid_alert(61) == "GpuXidNeedsInspection"  # CONTACT_SUPPORT
+
+
+def test_an_alert_that_fired_before_its_fault_and_again_after_counts_once_and_is_also_a_stray():
+    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-b", "params": {"first_rank": 20}})
+    exp = Expectation(hang, (AlertPattern("TrainingJobHang", {"training_job": "job-b", "rank": "20"}),), 180)
+    labels = {"alertname": "TrainingJobHang", "training_job": "job-b", "rank": "20"}
+    # A false alarm at t+70 (resolved), then the real one at t+154.
+    sighting = Sighting(labels, T0 + 70, [T0 + 70, T0 + 154])
+    outcomes, strays = evaluate([exp], [sighting], T0)
+    assert outcomes[0].passed and outcomes[0].detect_seconds == 54
+    assert strays == [sighting]  # the false alarm is reported, not hidden by the later detection
+
+
+def test_watcher_reports_firing_and_resolved_and_counts_episodes():
+    answers = [
+        [{"state": "firing", "labels": {"alertname": "A"}}],
+        [],
+        [{"state": "firing", "labels": {"alertname": "A"}}],
+    ]
+    watcher = AlertWatcher(lambda: answers.pop(0))
+    assert [e.kind for e in watcher.poll()] == ["firing"]
+    assert [(e.kind, e.labels["alertname"]) for e in watcher.poll()] == [("resolved", "A")]
+    assert [e.kind for e in watcher.poll()] == ["firing"]
+    assert len(watcher.sightings[(("alertname", "A"),)].firings) == 2

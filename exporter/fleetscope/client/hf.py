@@ -17,7 +17,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from transformers import TrainerCallback
+try:
+    from transformers import TrainerCallback
+except ImportError as exc:  # an optional hook: say which extra brings it
+    raise ImportError("fleetscope.client.hf needs transformers: pip install 'fleetscope[hf]'") from exc
 
 from fleetscope.client.tracker import StepTracker
 

@@ -22,7 +22,10 @@ from typing import Any
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the standalone package name
-    from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
+    try:
+        from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
+    except ImportError as exc:  # an optional hook: say which extra brings it
+        raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
 from fleetscope.client.tracker import StepTracker
 

@@ -15,6 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+try:
+    import grafana_foundation_sdk  # noqa: F401  (only to name the extra when it is missing)
+except ImportError as exc:
+    raise ImportError("fleetscope.dashboards builds with grafana-foundation-sdk: "
+                      "pip install 'fleetscope[dashboards]'") from exc
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from grafana_foundation_sdk.builders import (

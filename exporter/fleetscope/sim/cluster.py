@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope.sim.faults import Fault
+from fleetscope.sim.localhttp import answers_ok
 from fleetscope.sim.node import Load, NodeModel
 from fleetscope.sim.profiles import NodeProfile, profile
 from fleetscope.sim.training import JobModel, JobSpec
@@ -50,6 +51,18 @@ class ClusterSpec:
         for spec in self.nodes:
             if spec.name == name:
                 return spec
+        raise KeyError(name)
+
+    def job_on(self, node: str) -> JobSpec | None:
+        for job in self.jobs:
+            if node in job.nodes:
+                return job
+        return None
+
+    def job(self, name: str) -> JobSpec:
+        for job in self.jobs:
+            if job.name == name:
+                return job
         raise KeyError(name)
 
     def validate(self) -> None:
@@ -164,6 +177,9 @@ class SimCluster:
     jobs: list[JobModel] = field(default_factory=list)
     started_at: float = 0.0  # Unix time of simulation time 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _clock_started: bool = False
+    _next_tree_write: dict[str, float] = field(default_factory=dict)
+    _thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -195,8 +211,6 @@ class SimCluster:
         self.wait_ready(ready_timeout)
 
     def wait_ready(self, timeout: float) -> None:
-        import httpx
-
         deadline = time.monotonic() + timeout
         pending = set(self.nodes)
         while pending:
@@ -204,11 +218,8 @@ class SimCluster:
                 node = self.nodes[name]
                 if node.process is not None and node.process.poll() is not None:
                     raise RuntimeError(f"{name} exited with {node.process.returncode}; see {node.log_path}")
-                try:
-                    if httpx.get(self.url(name) + "/readyz", timeout=2.0).status_code == 200:
-                        pending.discard(name)
-                except httpx.HTTPError:
-                    pass
+                if answers_ok(self.url(name) + "/readyz"):
+                    pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"nodes not ready after {timeout}s: {sorted(pending)}")
             if pending:
@@ -219,6 +230,8 @@ class SimCluster:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)  # its last tick may still push: close the pusher after it
         close = getattr(self.pusher, "close", None)
         if close is not None:
             close()
@@ -259,15 +272,31 @@ class SimCluster:
                 load = loads[state.node]
                 load.gpu_busy[state.local_rank] = busy if state.alive else 0.0
                 load.network = max(load.network, busy)
-        for name, node in self.nodes.items():
-            node.model.tick(dt, elapsed, loads[name], faults)
-            try:
-                node.writer.update()
-            except OSError as exc:
-                logger.error("%s: could not write its tree: %s", name, exc)
+        # Steps first, as a rank pushes when it finishes one; the trees below are the slow part.
         for name, records in per_node.items():
             if records:
                 self._push(self.nodes[name], records)
+        for name, node in self.nodes.items():
+            node.model.tick(dt, elapsed, loads[name], faults)
+        for name in self._trees_due(elapsed):
+            try:
+                self.nodes[name].writer.update()
+            except OSError as exc:
+                logger.error("%s: could not write its tree: %s", name, exc)
+
+    def _trees_due(self, elapsed: float) -> list[str]:
+        """Nodes whose tree is written this tick: each once per collection interval (its daemon reads
+        no more often), staggered so every tick writes a share. Writing all of them every tick made a
+        tick outlast its second on a busy 2-core machine, and steps reached Prometheus late."""
+        interval = max(self.spec.tick, self.spec.collector_interval)
+        if not self._next_tree_write:
+            self._next_tree_write = {name: elapsed + i * interval / len(self.nodes)
+                                     for i, name in enumerate(self.nodes)}
+        due = [name for name, at in self._next_tree_write.items() if elapsed >= at]
+        for name in due:
+            after = self._next_tree_write[name] + interval
+            self._next_tree_write[name] = after if after > elapsed else elapsed + interval  # late: no catch-up
+        return due
 
     def _push(self, node: SimNode, records: list[dict[str, Any]]) -> None:
         if self.pusher is None:
@@ -277,8 +306,16 @@ class SimCluster:
         except Exception as exc:  # a pusher bug must not stop the cluster's clock
             logger.error("%s: push of %d records failed: %s", node.spec.name, len(records), exc)
 
+    def start_clock(self) -> None:
+        """Simulation time 0 is now: the schedule counts from when everything watching is up, not from
+        :meth:`start` (daemons take a while to come up on a busy machine). :meth:`run` calls it."""
+        self.started_at = time.time()
+        self._clock_started = True
+
     def run(self, duration: float | None = None, on_tick: Callable[[float], None] | None = None) -> None:
         """Tick in real time until ``duration`` seconds of simulation time or :meth:`stop`."""
+        if not self._clock_started:
+            self.start_clock()
         last = self.elapsed
         while not self._stop.is_set():
             now = self.elapsed
@@ -291,6 +328,8 @@ class SimCluster:
             self._stop.wait(max(0.0, self.spec.tick - (self.elapsed - now)))
 
     def run_in_thread(self, duration: float | None = None) -> threading.Thread:
-        thread = threading.Thread(target=self.run, args=(duration,), name="sim-ticks", daemon=True)
-        thread.start()
-        return thread
+        if not self._clock_started:
+            self.start_clock()  # before the thread: callers read started_at right away
+        self._thread = threading.Thread(target=self.run, args=(duration,), name="sim-ticks", daemon=True)
+        self._thread.start()
+        return self._thread

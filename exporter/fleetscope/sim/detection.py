@@ -8,15 +8,24 @@ stops pushing). Every other firing alert is a stray.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from fleetscope.sim.cluster import ClusterSpec
 from fleetscope.sim.faults import Fault
 
 LabelSet = Mapping[str, str]
+AlertKey = tuple[tuple[str, str], ...]
+
+# How long a fault may take to raise its alert on the time-compressed rules (1 m rate windows,
+# for: of 10 s to 1 m, scrape and evaluation every 5 s): the slowest path is a straggler, whose
+# per-rank median needs its window to fill before the ratio crosses and the for: begins.
+DETECT_LIMIT = 180.0
+XID_DETECT_LIMIT = 60.0  # an Xid is an event: it reaches the kernel log and NVML at once
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,22 @@ class Expectation:
 class Sighting:
     labels: dict[str, str]
     first_firing: float  # Unix time the watcher first saw it firing
+    firings: list[float] = field(default_factory=list)  # every time it started firing (again), first_firing first
+
+    def __post_init__(self) -> None:
+        if not self.firings:
+            self.firings.append(self.first_firing)
+
+    def first_since(self, start: float) -> float | None:
+        """When it started firing at or after ``start`` (one second of slack for clocks and polls)."""
+        return min((t for t in self.firings if t >= start - 1), default=None)
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    kind: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    at: float  # Unix time the watcher saw the change
 
 
 class AlertWatcher:
@@ -64,25 +89,35 @@ class AlertWatcher:
     def __init__(self, fetch: Callable[[], list[dict[str, Any]]], interval: float = 2.0) -> None:
         self._fetch = fetch
         self.interval = interval
-        self.sightings: dict[tuple[tuple[str, str], ...], Sighting] = {}
+        self.sightings: dict[AlertKey, Sighting] = {}
+        self.firing: dict[AlertKey, dict[str, str]] = {}  # firing at the last successful poll
         self.errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def poll(self) -> None:
+    def poll(self) -> list[AlertEvent]:
+        """Record what fires now; returns the alerts that started firing or resolved since the last poll."""
         try:
             alerts = self._fetch()
         except Exception:  # Prometheus busy or restarting: try again next round
             self.errors += 1
-            return
+            return []
         now = time.time()
+        firing: dict[AlertKey, dict[str, str]] = {}
         for alert in alerts:
             if alert.get("state") != "firing":
                 continue
             labels = {str(k): str(v) for k, v in alert.get("labels", {}).items()}
-            key = tuple(sorted(labels.items()))
+            firing[tuple(sorted(labels.items()))] = labels
+        events = [AlertEvent("firing", labels, now) for key, labels in firing.items() if key not in self.firing]
+        events += [AlertEvent("resolved", labels, now) for key, labels in self.firing.items() if key not in firing]
+        for key, labels in firing.items():
             if key not in self.sightings:
                 self.sightings[key] = Sighting(labels, now)
+            elif key not in self.firing:
+                self.sightings[key].firings.append(now)  # resolved in between: a new episode
+        self.firing = firing
+        return events
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="alert-watcher", daemon=True)
@@ -99,6 +134,63 @@ class AlertWatcher:
         self.poll()
 
 
+def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectation:
+    """What ``fault`` must raise in ``cluster`` with the shipped rules, and what may honestly come with it."""
+    node, job_name = fault.node or "", fault.job or ""
+    on_gpu: dict[str, str | tuple[str, ...]] = {"instance": node, "gpu": str(fault.gpu)}
+    on_device: dict[str, str | tuple[str, ...]] = {"instance": node, "device": fault.device or ""}
+    kind = fault.kind
+    if kind in ("thermal_throttle", "hw_slowdown"):
+        gpu_alerts = (AlertPattern("GpuTemperatureNearSlowdown", on_gpu), AlertPattern("GpuSmClockBelowPeers", on_gpu))
+        job = cluster.job_on(node)
+        rank = None if job is None or fault.gpu is None else job.rank_at(node, fault.gpu)
+        if job is None or rank is None:  # an idle GPU slows nobody
+            return Expectation(fault, (AlertPattern("GpuThrottled", on_gpu),), DETECT_LIMIT, gpu_alerts, note)
+        return Expectation(
+            fault,
+            (AlertPattern("GpuThrottled", on_gpu),
+             AlertPattern("TrainingStragglerRank", {"training_job": job.name, "rank": str(rank)})),
+            DETECT_LIMIT, gpu_alerts + (AlertPattern("TrainingJobSlowdown", {"training_job": job.name}),), note,
+        )
+    if kind == "xid":
+        xid = int(fault.param("xid"))
+        tolerated = (AlertPattern("GpuLost", on_gpu), AlertPattern("GpuMissing", {"instance": node})) if xid == 79 else ()
+        return Expectation(fault, (AlertPattern(xid_alert(xid), {**on_gpu, "xid": str(xid)}),), XID_DETECT_LIMIT,
+                           tolerated, note)
+    on_job: dict[str, str | tuple[str, ...]] = {"training_job": job_name}
+    on_rank: dict[str, str | tuple[str, ...]] = {**on_job, "rank": str(fault.rank)}
+    simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
+        "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
+        "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
+        "efa_retransmits": ("EfaRetransmitTimeouts", on_device, ()),
+        "efa_impaired": ("EfaImpairedRemoteConnections", on_device, (AlertPattern("EfaUnresponsiveRemote", on_device),)),
+        "efa_rx_drops": ("EfaRxDrops", on_device, ()),
+        "efa_device_missing": ("EfaDevicesMissing", {"instance": node}, ()),
+        "ena_pps_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": "pps"}, ()),
+        "ena_bw_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": ("bw_in", "bw_out")}, ()),
+        "tcp_retransmit_storm": ("TcpRetransmitRatioHigh", {"instance": node}, ()),
+        "slow_dataloader": ("TrainingRankInputBound", on_rank, (AlertPattern("TrainingJobSlowdown", on_job),)),
+        "rank_slow": ("TrainingStragglerRank", on_rank, (AlertPattern("TrainingJobSlowdown", on_job),)),
+        "job_hang": ("TrainingJobHang", {**on_job, "rank": str(int(fault.param("first_rank")))},
+                     (AlertPattern("TrainingRankSilent", on_job), AlertPattern("TrainingLowGpuActivity", on_job))),
+        "rank_dies": ("TrainingRankSilent", on_rank, ()),
+    }
+    name, labels, tolerated = simple[kind]
+    return Expectation(fault, (AlertPattern(name, labels),), DETECT_LIMIT, tolerated, note)
+
+
+def xid_alert(xid: int) -> str:
+    """The alert the shipped rules raise for an Xid: by its catalog action class."""
+    from fleetscope.rules.gpu import XID_CLASSES
+    from fleetscope.sources.xid import xid_action
+
+    action = xid_action(xid)
+    for name, _severity, actions, _advice in XID_CLASSES:
+        if re.fullmatch(f"(?i)({actions})", action):
+            return name
+    return "GpuXidNeedsInspection"
+
+
 @dataclass
 class Outcome:
     expectation: Expectation
@@ -107,6 +199,7 @@ class Outcome:
     detect_seconds: float | None  # from fault start to the last expected alert firing
     matched: list[Sighting]
     wrong_labels: list[Sighting]  # the expected alert name, but on other labels
+    pattern_seconds: tuple[float | None, ...] = ()  # per expected pattern: fault start to its first firing
 
     @property
     def passed(self) -> bool:
@@ -119,29 +212,34 @@ def evaluate(
 ) -> tuple[list[Outcome], list[Sighting]]:
     """Match sightings to expectations; returns the outcomes and the stray alerts."""
     outcomes: list[Outcome] = []
-    explained: set[int] = set()
+    explained: set[tuple[int, float]] = set()  # (sighting, episode start) some fault accounts for
     for exp in expectations:
         fault_start = started_at + exp.fault.at
         matched: list[Sighting] = []
         first_times: list[float] = []
+        per_pattern: list[float | None] = []
         for pattern in exp.expected:
-            hits = [s for s in sightings if pattern.matches(s.labels) and s.first_firing >= fault_start - 1]
+            hits = [s for s in sightings if pattern.matches(s.labels) and s.first_since(fault_start) is not None]
             matched += hits
-            if hits:
-                first_times.append(min(s.first_firing for s in hits))
+            first = min((t for s in hits if (t := s.first_since(fault_start)) is not None), default=None)
+            per_pattern.append(None if first is None else first - fault_start)
+            if first is not None:
+                first_times.append(first)
         fired = len(first_times) == len(exp.expected)
         names = {p.alertname for p in exp.expected}
         wrong = [s for s in sightings if s.labels.get("alertname") in names and s not in matched
                  and _near(s, exp.fault)]
-        for s in matched:
-            explained.add(id(s))
         for s in sightings:
-            if any(p.matches(s.labels) for p in exp.tolerated) and s.first_firing >= fault_start - 1:
-                explained.add(id(s))
+            if any(p.matches(s.labels) for p in exp.expected + exp.tolerated):
+                for t in s.firings:
+                    if t >= fault_start - 1:
+                        explained.add((id(s), t))
         outcomes.append(Outcome(
             exp, fired, fired and not wrong, max(first_times) - fault_start if fired else None, matched, wrong,
+            tuple(per_pattern),
         ))
-    strays = [s for s in sightings if id(s) not in explained]
+    # A stray: an alert with an episode that began before any fault could explain it.
+    strays = [s for s in sightings if any((id(s), t) not in explained for t in s.firings)]
     return outcomes, strays
 
 

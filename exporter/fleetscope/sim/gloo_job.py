@@ -89,6 +89,10 @@ def main() -> int:
     parser.add_argument("--device-ms", type=float, default=80.0,
                         help="Accelerator time per step, spent waiting like a CUDA synchronize (0: CPU only).")
     args = parser.parse_args()
+    try:
+        import torch  # noqa: F401  (imported by train(); checked here to name the extra)
+    except ImportError:
+        raise SystemExit("fleetscope.sim.gloo_job needs PyTorch: pip install 'fleetscope[torch]'") from None
     steps = train(args.seconds, args.slow_rank, args.slowdown, args.width, args.batch, args.device_ms / 1000)
     print(f"rank {os.environ.get('RANK')}: {steps} steps", flush=True)
     return 0

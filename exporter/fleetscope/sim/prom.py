@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from fleetscope.sim.cluster import ClusterSpec
+from fleetscope.sim.localhttp import answers_ok, get_json
 
 
 def find_binary(name: str) -> str | None:
@@ -78,19 +79,15 @@ class Prometheus:
                  f"--web.listen-address={self.listen}", "--storage.tsdb.retention.time=1d", *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
-        _wait_http(f"{self.url}/-/ready", self.process, self.log_path, timeout)
+        wait_http(f"{self.url}/-/ready", self.process, self.log_path, timeout)
 
     def stop(self) -> None:
-        _stop(self.process)
+        stop_process(self.process)
 
     # -- API ----------------------------------------------------------------------------------
 
-    def _get(self, path: str, **params: Any) -> Any:
-        import httpx
-
-        response = httpx.get(f"{self.url}{path}", params=params, timeout=10.0)
-        response.raise_for_status()
-        body = response.json()
+    def _get(self, path: str, **params: str) -> Any:
+        body = get_json(f"{self.url}{path}", timeout=10.0, params=params)
         if body.get("status") != "success":
             raise RuntimeError(f"{path}: {body}")
         return body["data"]
@@ -141,34 +138,29 @@ class Alertmanager:
                  ],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
-        _wait_http(f"{self.url}/-/ready", self.process, self.log_path, timeout)
+        wait_http(f"{self.url}/-/ready", self.process, self.log_path, timeout)
 
     def stop(self) -> None:
-        _stop(self.process)
+        stop_process(self.process)
 
 
 def alertmanager_available() -> bool:
     return bool(find_binary("prometheus-alertmanager") or find_binary("alertmanager"))
 
 
-def _wait_http(url: str, process: subprocess.Popen[bytes], log_path: str, timeout: float) -> None:
-    import httpx
-
+def wait_http(url: str, process: subprocess.Popen[bytes], log_path: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"{url}: process exited with {process.returncode}; see {log_path}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        if answers_ok(url):
+            return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{url} not ready after {timeout}s; see {log_path}")
         time.sleep(0.3)
 
 
-def _stop(process: subprocess.Popen[bytes] | None) -> None:
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
     if process is None or process.poll() is not None:
         return
     process.terminate()

@@ -1,4 +1,4 @@
-"""Built-in fault schedules: the demo's, and the one the end-to-end test runs."""
+"""Built-in fault schedules, chosen by name with ``--faults NAME`` (a file name otherwise)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ DEMO_SCHEDULE: dict[str, Any] = {
         {"kind": "job_hang", "at": "5m", "job": "job-b", "params": {"first_rank": 20, "lag": 10}},
     ],
 }
+
+# The shortest story with an alert at its end, for install checks (`fleetscope demo --nodes 1
+# --faults smoke --check`): an Xid 48 on the first node, raised within seconds of the event.
+SMOKE_SCHEDULE: dict[str, Any] = {
+    "faults": [
+        {"kind": "xid", "at": "15s", "node": "node-00", "gpu": 1, "params": {"xid": 48}},
+    ],
+}
+
+SCHEDULES: dict[str, dict[str, Any]] = {"demo": DEMO_SCHEDULE, "smoke": SMOKE_SCHEDULE}

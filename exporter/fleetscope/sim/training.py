@@ -36,6 +36,16 @@ class JobSpec:
     def world_size(self) -> int:
         return len(self.nodes) * self.ranks_per_node
 
+    def rank_at(self, node: str, gpu: int) -> int | None:
+        """The rank on ``node``'s GPU ``gpu`` (ranks fill the job's nodes in order, one per GPU)."""
+        if node not in self.nodes or not 0 <= gpu < self.ranks_per_node:
+            return None
+        return self.nodes.index(node) * self.ranks_per_node + gpu
+
+    def placement(self, rank: int) -> tuple[str, int]:
+        """(node, GPU) of ``rank``."""
+        return self.nodes[rank // self.ranks_per_node], rank % self.ranks_per_node
+
 
 @dataclass
 class RankState:
@@ -69,10 +79,8 @@ class JobModel:
         self.next_step_end = self.start + self.spec.step_seconds
 
     def rank_on(self, node: str, gpu: int) -> RankState | None:
-        for state in self.ranks:
-            if state.node == node and state.local_rank == gpu:
-                return state
-        return None
+        rank = self.spec.rank_at(node, gpu)
+        return None if rank is None else self.ranks[rank]
 
     # -- fault effects ------------------------------------------------------------------------
 

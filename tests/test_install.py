@@ -1,0 +1,188 @@
+"""fleetscope as a user installs it.
+
+The wheel and sdist are built the way a release is (``python -m build``, ``twine check``), the wheel
+goes into a fresh virtual environment without extras, and the commands a user types first run from
+there: ``--version``, ``serve --help``, ``check`` on a fixture tree, every module's import, and a short
+``fleetscope demo --check`` until its scheduled alert fires. The README's setup script runs on the
+distribution's own (PEP 668 protected) Python when the machine has one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fleetscope import __version__
+from fleetscope.dashboards import DASHBOARD_MODULES
+
+from tests.conftest import free_port_run, require_binary
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "p5"
+
+# The documented optional hooks (pyproject extras) and the extra each one's ImportError must name.
+OPTIONAL_HOOKS: dict[str, str] = {
+    "fleetscope.client.hf": "hf",
+    "fleetscope.client.lightning": "lightning",
+    "fleetscope.dashboards.kit": "dashboards",
+    **{module: "dashboards" for module in DASHBOARD_MODULES.values()},
+}
+
+IMPORT_PROBE = r"""
+import importlib, json, pkgutil
+import fleetscope
+
+outcome = {}
+for info in pkgutil.walk_packages(fleetscope.__path__, "fleetscope."):
+    if info.name.endswith(".__main__"):  # runs the CLI
+        continue
+    try:
+        importlib.import_module(info.name)
+        outcome[info.name] = None
+    except BaseException as exc:
+        outcome[info.name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(outcome))
+"""
+
+
+@dataclass
+class Installed:
+    bin: Path
+    wheel: Path
+    sdist: Path
+    twine_output: str
+    seconds: dict[str, float]
+
+    def run(self, *args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.bin / args[0]), *args[1:]], capture_output=True, text=True,
+                              timeout=timeout, check=False, env=clean_environ(), cwd=cwd)
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without what points Python at the checkout or another venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    return {**env, **extra}
+
+
+def _run(command: Sequence[str | Path], timeout: float = 600) -> str:
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout,
+                            check=False, env=clean_environ())
+    assert result.returncode == 0, f"{' '.join(map(str, command))} exited {result.returncode}:\n" \
+                                   f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return str(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """Build wheel + sdist from the checkout, check them, install the wheel (no extras) in a new venv."""
+    base = tmp_path_factory.mktemp("install")
+    dist = base / "dist"
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    _run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
+    seconds["build"] = time.monotonic() - started
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
+    twine = _run([sys.executable, "-m", "twine", "check", "--strict", wheels[0], sdists[0]])
+    started = time.monotonic()
+    venv = base / "venv"
+    _run([sys.executable, "-m", "venv", venv])
+    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
+    seconds["venv"] = time.monotonic() - started
+    return Installed(venv / "bin", wheels[0], sdists[0], twine, seconds)
+
+
+def test_wheel_and_sdist_pass_twine_check(installed: Installed) -> None:
+    assert installed.wheel.name == f"fleetscope-{__version__}-py3-none-any.whl"
+    assert installed.twine_output.count("PASSED") == 2, installed.twine_output
+
+
+def test_no_extra_is_installed(installed: Installed) -> None:
+    listed = installed.run("python", "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "fleetscope" in names
+    assert not names & {"httpx", "requests", "torch", "transformers", "lightning", "grafana-foundation-sdk",
+                        "pytest"}, names
+
+
+def test_version_and_serve_help(installed: Installed) -> None:
+    version = installed.run("fleetscope", "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, f"fleetscope {__version__}")
+    serve = installed.run("fleetscope", "serve", "--help")
+    assert serve.returncode == 0, serve.stderr
+    assert "--web.listen-address" in serve.stdout and "--path.sysfs" in serve.stdout
+
+
+def test_check_gives_a_verdict_on_a_fixture_tree(installed: Installed) -> None:
+    paths = ("--path.sysfs", str(FIXTURE / "sys"), "--path.procfs", str(FIXTURE / "proc"), "--no-collector.gpu")
+    healthy = installed.run("fleetscope", "check", *paths, "--efa.expected-count", "32")
+    assert (healthy.returncode, healthy.stdout.strip().splitlines()[-1]) == (0, "HEALTHY"), healthy.stderr
+    # One EFA device short of what the node should have: unhealthy, and the finding says why.
+    short = installed.run("fleetscope", "check", *paths, "--efa.expected-count", "33")
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert "32" in short.stdout and "33" in short.stdout
+
+
+def test_every_module_imports_without_extras(installed: Installed) -> None:
+    probe = installed.run("python", "-c", IMPORT_PROBE, cwd=installed.bin)  # not from the checkout
+    assert probe.returncode == 0, probe.stderr
+    outcome: dict[str, str | None] = json.loads(probe.stdout)
+    assert len(outcome) > 50 and set(OPTIONAL_HOOKS) <= set(outcome)
+    failed = {name: error for name, error in outcome.items() if error and name not in OPTIONAL_HOOKS}
+    assert failed == {}
+    for module, extra in OPTIONAL_HOOKS.items():
+        error = outcome[module]
+        assert error is not None and error.startswith(("ImportError", "ModuleNotFoundError")), (module, error)
+        assert f"pip install 'fleetscope[{extra}]'" in error, (module, error)
+
+
+def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None:
+    require_binary("prometheus")
+    base = free_port_run(2)
+    started = time.monotonic()
+    demo = installed.run("fleetscope", "demo", "--nodes", "1", "--jobs", "1", "--faults", "smoke", "--check",
+                         "--no-alertmanager", "--no-grafana", "--base-port", str(base),
+                         "--prometheus-port", str(base + 1), timeout=300, cwd=installed.bin)
+    installed.seconds["demo"] = time.monotonic() - started
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert re.search(r"FAULT +\[1/1\] xid  node-00 gpu 1 \(job-a rank 1\) xid 48", demo.stdout), demo.stdout
+    assert re.search(r"FIRING +GpuXidResetRequired  node-00 gpu 1 xid 48 — detected \d+ s after xid", demo.stdout)
+    assert "1 of 1 faults detected with the right labels" in demo.stdout
+    print(f"install check: {installed.seconds}")  # shown with -s; the figures docs/demo.md quotes
+
+
+def test_readme_demo_script_sets_up_on_the_distributions_python(tmp_path: Path) -> None:
+    """scripts/demo on Debian's own python3 (PEP 668: it refuses a bare pip install) makes its venv."""
+    debian = Path("/usr/bin/python3")
+    protected = debian.exists() and any(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED"))
+    python = str(debian) if protected else sys.executable
+    env = clean_environ(PYTHON=python, VENV=str(tmp_path / "venv"))
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "demo"), "--help"], capture_output=True, text=True,
+                            timeout=600, check=False, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "usage: fleetscope demo" in result.stdout
+    assert (tmp_path / "venv" / "bin" / "fleetscope").exists()
+
+
+def test_readme_gives_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "\nbash scripts/demo\n" in readme and "\nbash scripts/test\n" in readme
+
+
+def test_setup_scripts_pass_shellcheck() -> None:
+    shellcheck = require_binary("shellcheck")
+    scripts = [ROOT / "scripts" / name for name in ("demo", "test", "lib.sh")] + [ROOT / ".ci" / "run"]
+    result = subprocess.run([shellcheck, "-x", "--severity=style", *map(str, scripts)], capture_output=True,
+                            text=True, timeout=120, check=False, cwd=ROOT)
+    assert result.returncode == 0, result.stdout
+
