@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from fleetscope.sim.cluster import make_cluster
@@ -13,6 +14,7 @@ from fleetscope.sim.faults import parse_schedule
 from fleetscope.sim.schedules import DEMO_SCHEDULE
 from fleetscope.sim.timeline import Timeline, fault_target, where
 
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = make_cluster(nodes=8, jobs=2, faults=parse_schedule(DEMO_SCHEDULE))
 THROTTLED = {"alertname": "GpuThrottled", "instance": "node-01", "gpu": "3", "uuid": "GPU-x", "severity": "warning"}
 STRAGGLER = {"alertname": "TrainingStragglerRank", "training_job": "job-a", "rank": "11", "instance": "node-01",
@@ -89,9 +91,44 @@ def test_summary_lists_every_fault_with_its_state() -> None:
 
 
 def test_live_status_line_is_redrawn_under_the_events() -> None:
-    timeline, alerts, out = _timeline(61.0, live=True)
+    timeline, _, out = _timeline(61.0, live=True)
     timeline.update(61.0)
     text = out.getvalue()
     assert "FAULT" in text and "\r\x1b[K  t+61s [" in text and "1/5 faults injected" in text
     timeline.close()
     assert out.getvalue().endswith("\r\x1b[K")
+
+
+def _transcript_lines(path: str) -> list[str]:
+    text = (ROOT / path).read_text()
+    blocks = re.findall(r"```text\n(.*?)```", text, re.S)
+    return [line for block in blocks for line in block.splitlines() if line.startswith("t+")]
+
+
+def test_the_docs_show_what_the_terminal_shows() -> None:
+    """docs/demo.md and the README quote a real run: their lines must be the ones the timeline prints."""
+    expectations = [expectation(f, SPEC) for f in SPEC.faults]
+    for path in ("docs/demo.md", "README.md"):
+        lines = _transcript_lines(path)
+        assert any("FIRING" in line for line in lines), path
+        for line in lines:
+            match = re.fullmatch(r"t\+(\d+)s +(FAULT|FIRING|RESOLVED|PROGRESS|ENDED) +(.*)", line)
+            assert match, f"{path}: {line}"
+            kind, text = match.group(2), match.group(3)
+            if kind == "FAULT":
+                # Exactly what the timeline prints for the demo schedule's fault at that time.
+                out = io.StringIO()
+                timeline = Timeline(SPEC, expectations, AlertWatcher(list), started_at=0.0, out=out, live=False,
+                                    progress_every=1e9)
+                timeline.update(float(match.group(1)))
+                assert line in out.getvalue().splitlines(), f"{path}: {line}"
+            elif kind == "FIRING":
+                name, _, rest = text.partition("  ")
+                alert = name.removesuffix(" (critical)")
+                place = rest.split(" — ")[0]
+                explained = rest.split(" — ")[-1]
+                patterns = [p for e in expectations for p in (*e.expected, *e.tolerated) if p.alertname == alert]
+                assert patterns, f"{path}: {alert} is not what any demo fault raises"
+                assert any(place.startswith(where({k: v for k, v in p.labels.items() if isinstance(v, str)}))
+                           for p in patterns), f"{path}: {line}"
+                assert re.fullmatch(r"(detected|fires again,) \d+ s after \w+|consequence of \w+", explained), line

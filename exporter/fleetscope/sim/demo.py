@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+import yaml
+
 from fleetscope.sim.cluster import ClusterSpec, SimCluster
 from fleetscope.sim.detection import AlertWatcher, expectation
 from fleetscope.sim.grafana import COMPOSE_HINT, Grafana, GrafanaInstall, find_dashboards, find_grafana
@@ -108,15 +110,15 @@ class Demo:
             return None, "not started (--no-grafana)"
         install = self.grafana_install
         if install is None:
-            return None, f"not installed; `{COMPOSE_HINT}` in a clone of the repository runs this cluster with " \
-                         "Grafana on http://127.0.0.1:3000"
+            return None, (f"not installed; `{COMPOSE_HINT}` in a clone of the repository runs this cluster "
+                          "with Grafana on http://127.0.0.1:3000")
         dashboards = find_dashboards(self.args.dashboards)
         if dashboards is None:
             return None, "installed, but no dashboards/ directory found (run from a clone, or --dashboards DIR)"
         grafana = Grafana(install, Path(workdir) / "grafana", listen=f"127.0.0.1:{self.args.grafana_port}")
         try:
             grafana.start(dashboards, prometheus.url, SCRAPE_INTERVAL)
-        except (OSError, RuntimeError) as exc:  # the demo goes on without it
+        except (OSError, RuntimeError, ValueError, TypeError, yaml.YAMLError) as exc:  # the demo goes on without it
             grafana.stop()
             return None, f"could not start: {exc}"
         return grafana, ""
@@ -143,7 +145,7 @@ class Demo:
         for exp in self.expectations:
             fault = exp.fault
             alerts = ", ".join(p.alertname for p in exp.expected)
-            lines.append(f"    t+{fault.at:<4.0f}s {fault.kind:<21} {fault_target(fault, self.spec):<34} "
+            lines.append(f"    {f't+{fault.at:.0f}s':<7} {fault.kind:<21} {fault_target(fault, self.spec):<38} "
                          f"-> {alerts} within {exp.within:.0f} s")
         stop_how = "stops when every fault is decided" if self.args.check else "Ctrl-C stops everything"
         lines += ["", f"  files: {workdir} (removed on exit unless --workdir was given); {stop_how}.", ""]

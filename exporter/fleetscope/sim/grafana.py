@@ -104,7 +104,7 @@ def _load(directory: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"no provisioning file in {directory}")
     data = yaml.safe_load(files[0].read_text(encoding="utf-8"))
     if not isinstance(data, dict):
-        raise ValueError(f"{files[0]}: not a provisioning file")
+        raise TypeError(f"{files[0]}: not a provisioning file (a mapping at the top)")
     return data
 
 

@@ -201,7 +201,7 @@ class Timeline:
     def _draw_status(self, elapsed: float) -> None:
         width = 24
         share = min(1.0, elapsed / self.horizon) if self.horizon > 0 else 1.0
-        done = int(round(width * share))
+        done = round(width * share)
         self._status = f"  t+{elapsed:.0f}s [{'#' * done}{'.' * (width - done)}] {self._progress_text(elapsed)}"
         self.out.write("\r\033[K" + self._status)
         self.out.flush()
@@ -268,8 +268,9 @@ class Timeline:
         header = Row("fault", "target", "injected", "expected alert", "detected after", "limit", "result")
         table = [astuple(row) for row in (header, *rows)]
         widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
-        lines = [f"Detection summary at t+{elapsed:.0f}s: "
-                 f"{sum(o.passed for o in outcomes)} of {len(outcomes)} faults detected with the right labels"]
+        detected = sum(o.passed for o in outcomes)
+        lines = [f"Detection summary at t+{elapsed:.0f}s: {detected} of {len(outcomes)} faults detected "
+                 "with the right labels"]
         for cells in table:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
         others = self._other_alerts(outcomes)
