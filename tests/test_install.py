@@ -156,7 +156,7 @@ def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None
     installed.seconds["demo"] = time.monotonic() - started
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert re.search(r"FAULT +\[1/1\] xid  node-00 gpu 1 \(job-a rank 1\) xid 48", demo.stdout), demo.stdout
-    assert re.search(r"FIRING +GpuXidResetRequired  node-00 gpu 1 xid 48 — detected \d+ s after xid", demo.stdout)
+    assert re.search(r"FIRING +GpuXidResetRequired \(critical\)  node-00 gpu 1 xid 48 — detected \d+ s after xid", demo.stdout)
     assert "1 of 1 faults detected with the right labels" in demo.stdout
     print(f"install check: {installed.seconds}")  # shown with -s; the figures docs/demo.md quotes
 
