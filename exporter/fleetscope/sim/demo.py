@@ -153,8 +153,8 @@ class Demo:
 
 
 def _causes(prometheus: Prometheus, labels: Mapping[str, str]) -> list[str]:
-    """The straggler causes recorded for the alert's node (and GPU): rules/training.py's cause series."""
-    from fleetscope.rules.training import CAUSES
+    """The straggler causes recorded for the alert's node (and GPU): the cause recording rule's series."""
+    from fleetscope.signals import NODE_SLOWDOWN_CAUSES as CAUSES
 
     if not labels.get("instance"):
         return []

@@ -17,7 +17,7 @@ from fleetscope.sim.cluster import ClusterSpec
 from fleetscope.sim.detection import AlertEvent, AlertWatcher, Expectation, Outcome, evaluate
 from fleetscope.sim.faults import KINDS, Fault
 
-# The cause series' ``cause`` values (rules/training.py) in words.
+# The cause recording rule's ``cause`` values (signals.NODE_SLOWDOWN_CAUSES) in words.
 CAUSE_TEXT: dict[str, str] = {
     "gpu_throttled": "GPU clock throttling (thermal or power slowdown)",
     "gpu_low_sm_clock": "GPU SM clock below its peers",
