@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
+import pytest
 from fleetscope.sim.faults import parse_schedule
 from fleetscope.sim.training import JobModel, JobSpec
 
@@ -42,9 +43,19 @@ def test_a_throttled_gpu_makes_its_rank_compute_longer_and_the_others_wait():
     assert slow == 10
     compute = {rank: statistics.median(v) for rank, v in _by_rank(records, "compute_seconds").items()}
     comm = {rank: statistics.median(v) for rank, v in _by_rank(records, "comm_seconds").items()}
-    others = [c for rank, c in compute.items() if rank != slow]
-    assert compute[slow] / statistics.median(others) > 1.2
-    assert comm[slow] < min(c for rank, c in comm.items() if rank != slow)
+    others = statistics.median(c for rank, c in compute.items() if rank != slow)
+    # Host work keeps its pace: the compute grows by the accelerator share of the slowdown only.
+    assert compute[slow] / others == pytest.approx(1 + JobSpec("x", ("n",)).accelerator_share * 0.3, rel=0.03)
+    # Everyone else's extra time is spent waiting for rank 10 in the collective.
+    for rank, c in comm.items():
+        if rank != slow:
+            assert c - comm[slow] == pytest.approx(compute[slow] - others, rel=0.2)
+
+
+def test_ranks_leave_each_collective_milliseconds_apart():
+    _, records = _run(seconds=100)
+    ends = [r["timestamp"] for r in records if r["step"] == 10]
+    assert len(ends) == 16 and 0.001 < max(ends) - min(ends) < 0.01
 
 
 def test_slow_dataloader_shows_in_data_time_of_that_rank_only():

@@ -3,8 +3,11 @@
 Every rank does its own data wait and compute, then all ranks meet in a
 collective: the step ends for everyone when the slowest rank arrives, so a
 slow rank shows up as longer *compute* on itself and longer *comm* (waiting)
-on all the others, which is what the straggler rules compare. Step times
-carry a few percent of jitter and a slow drift.
+on all the others, which is what the straggler rules compare. A slower GPU
+(throttled, or a rank_slow fault) stretches only the accelerator share of the
+compute: host work (Python, kernel launches) keeps the CPU's pace. Ranks leave
+a collective a few milliseconds apart (a real 8-rank job's last-step times
+spread over 6-9 ms). Step times carry a few percent of jitter and a slow drift.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ class JobSpec:
     step_seconds: float = 2.0  # typical step at the start
     data_share: float = 0.02
     compute_share: float = 0.82
+    accelerator_share: float = 0.85  # of compute: kernel time on the GPU; the rest is host work
     tokens_per_rank_step: int = 8 * 4096
     samples_per_rank_step: int = 8
     drift_amplitude: float = 0.03  # slow drift of the whole job's speed
     drift_period: float = 900.0
     jitter: float = 0.025
+    exit_skew: float = 0.008  # ranks leave a collective up to this many seconds apart
 
     @property
     def world_size(self) -> int:
@@ -84,11 +89,14 @@ class JobModel:
 
     # -- fault effects ------------------------------------------------------------------------
 
-    def _compute_factor(self, state: RankState, faults: list[Fault]) -> float:
+    def _accelerator_factor(self, state: RankState, faults: list[Fault]) -> float:
+        """How much longer this rank's GPU takes for its kernels (a slowdown fault's ``slowdown``)."""
         factor = 1.0
         for fault in faults:
-            if fault.kind in ("thermal_throttle", "hw_slowdown") and fault.node == state.node \
-                    and fault.gpu == state.local_rank or fault.kind == "rank_slow" and fault.job == self.spec.name and fault.rank == state.rank:
+            on_gpu = fault.kind in ("thermal_throttle", "hw_slowdown") and fault.node == state.node \
+                and fault.gpu == state.local_rank
+            on_rank = fault.kind == "rank_slow" and fault.job == self.spec.name and fault.rank == state.rank
+            if on_gpu or on_rank:
                 factor *= fault.param("slowdown")
         return factor
 
@@ -144,8 +152,9 @@ class JobModel:
             own: dict[int, tuple[float, float]] = {}
             for state in self.ranks:
                 data = base_data * (1 + self._rng.uniform(-0.2, 0.2)) + self._extra_data(state, active)
-                compute = base_compute * self._compute_factor(state, active) * (1 + self._rng.gauss(0, spec.jitter))
-                own[state.rank] = (data, max(compute, 1e-3))
+                work = base_compute * (1 + self._rng.gauss(0, spec.jitter))
+                accelerator = work * spec.accelerator_share * self._accelerator_factor(state, active)
+                own[state.rank] = (data, max(work * (1 - spec.accelerator_share) + accelerator, 1e-3))
             # The collective itself (the part no rank can hide), then everyone leaves together.
             collective = spec.step_seconds * (1 - spec.compute_share - spec.data_share) * drift \
                 * (1 + abs(self._rng.gauss(0, spec.jitter)))
@@ -163,7 +172,8 @@ class JobModel:
                     "comm_seconds": round(max(0.0, step_seconds - data - compute), 6),
                     "tokens": spec.tokens_per_rank_step, "samples": spec.samples_per_rank_step,
                     "loss": round(loss, 5), "world_size": spec.world_size, "pp_stage": 0,
-                    "dp_rank": state.rank, "gpu": state.local_rank, "timestamp": wall_offset + step_end,
+                    "dp_rank": state.rank, "gpu": state.local_rank,
+                    "timestamp": wall_offset + step_end + self._rng.uniform(0.0, spec.exit_skew),
                 }))
             self.next_step_end = step_end + step_seconds
         return records
