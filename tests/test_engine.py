@@ -7,7 +7,7 @@ import time
 import pytest
 from fleetscope.engine import CollectorRunner, Engine, LiveCollector
 from fleetscope.errors import NoHardware
-from fleetscope.exposition import Format, negotiate
+from fleetscope.exposition import Renderer, negotiate
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
@@ -183,58 +183,60 @@ def _other_family():
     return family
 
 
-class CountingFormat:
-    """A negotiated format whose encoder counts what it renders (by family name)."""
+class CountingRenders:
+    """Counts, per family name, what Renderer.render is asked to render (the encoder or a template)."""
 
-    def __init__(self, accept: str = PROMETHEUS_2) -> None:
-        real = negotiate(accept)
+    def __init__(self, monkeypatch) -> None:
         self.rendered: list[str] = []
+        real = Renderer.render
 
-        def encode(registry):
-            families = list(registry.collect())
-            self.rendered.extend(f.name for f in families)
-            return real.encode(registry)
+        def render(renderer, metrics, fmt):
+            self.rendered.extend(f.name for f in metrics)
+            return real(renderer, metrics, fmt)
 
-        self.fmt = Format(real.content_type, encode)
+        monkeypatch.setattr(Renderer, "render", render)
 
     def count(self, name: str) -> int:
         return self.rendered.count(name)
 
 
 @pytest.mark.parametrize("compressed", [False, True])
-def test_a_reading_is_served_as_the_same_bytes_until_the_next_one(compressed):
-    counting = CountingFormat()
+def test_a_reading_is_served_as_the_same_bytes_until_the_next_one(compressed, monkeypatch):
+    renders = CountingRenders(monkeypatch)
+    fmt = negotiate(PROMETHEUS_2)
     runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
     engine = Engine([runner])
     runner.run_once()
-    first = engine.exposition(counting.fmt, compressed)
-    second = engine.exposition(counting.fmt, compressed)
+    first = engine.exposition(fmt, compressed)
+    second = engine.exposition(fmt, compressed)
     assert first == second
     text = gzip.decompress(first) if compressed else first
     assert b'fleetscope_test_value{k="a"} 1.0' in text
-    assert counting.count("fleetscope_test_value") == 1  # rendered once for two scrapes
-    assert counting.count("fleetscope_collector_success") == 1  # self-metrics unchanged: not rendered again
+    assert renders.count("fleetscope_test_value") == 1  # rendered once for two scrapes
+    assert renders.count("fleetscope_collector_success") == 1  # self-metrics unchanged: not rendered again
     runner.run_once()
-    third = engine.exposition(counting.fmt, compressed)
+    third = engine.exposition(fmt, compressed)
     text = gzip.decompress(third) if compressed else third
     assert b'fleetscope_test_value{k="a"} 2.0' in text
-    assert counting.count("fleetscope_test_value") == 2
+    assert renders.count("fleetscope_test_value") == 2
 
 
-def test_a_new_reading_is_rendered_before_it_is_served_in_the_formats_asked_for():
-    openmetrics = CountingFormat(PROMETHEUS_2)
-    text = CountingFormat("text/plain;version=0.0.4")
+def test_a_new_reading_is_rendered_before_it_is_served_in_the_formats_asked_for(monkeypatch):
+    renders = CountingRenders(monkeypatch)
+    openmetrics = negotiate(PROMETHEUS_2)
     runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
     engine = Engine([runner])
     runner.run_once()
-    engine.exposition(openmetrics.fmt, compressed=True)
-    assert openmetrics.count("fleetscope_test_value") == 1
+    engine.exposition(openmetrics, compressed=True)
+    assert renders.count("fleetscope_test_value") == 1
     runner.run_once()  # the collector's thread renders the new reading, as the scraper asked for it before
-    assert openmetrics.count("fleetscope_test_value") == 2
-    assert text.count("fleetscope_test_value") == 0  # a format nobody asked for is not rendered
-    body = gzip.decompress(engine.exposition(openmetrics.fmt, compressed=True))
+    assert renders.count("fleetscope_test_value") == 2
+    body = gzip.decompress(engine.exposition(openmetrics, compressed=True))
     assert b'fleetscope_test_value{k="a"} 2.0' in body
-    assert openmetrics.count("fleetscope_test_value") == 2  # the scrape rendered nothing of it
+    assert renders.count("fleetscope_test_value") == 2  # the scrape rendered nothing of it
+    # A format nobody asked for is not rendered ahead; asked for, it is rendered then.
+    text = engine.exposition(negotiate("text/plain;version=0.0.4"), compressed=False)
+    assert b'fleetscope_test_value{k="a"} 2.0' in text and renders.count("fleetscope_test_value") == 3
 
 
 def test_stale_reading_is_not_served_from_the_cache():
@@ -283,15 +285,16 @@ class Versioned(Counting):
         return self.version
 
 
-def test_live_collector_with_a_generation_is_collected_again_only_when_it_changed():
+def test_live_collector_with_a_generation_is_collected_again_only_when_it_changed(monkeypatch):
+    renders = CountingRenders(monkeypatch)
     versioned = Versioned()
-    counting = CountingFormat()
+    fmt = negotiate(PROMETHEUS_2)
     engine = Engine([LiveCollector("live", versioned)])
-    first = engine.exposition(counting.fmt, compressed=False)
-    engine.exposition(counting.fmt, compressed=False)
-    assert versioned.calls == 1 and counting.count("fleetscope_test_value") == 1
+    first = engine.exposition(fmt, compressed=False)
+    engine.exposition(fmt, compressed=False)
+    assert versioned.calls == 1 and renders.count("fleetscope_test_value") == 1
     versioned.version += 1
-    assert b'fleetscope_test_value{k="a"} 2.0' in engine.exposition(counting.fmt, compressed=False)
+    assert b'fleetscope_test_value{k="a"} 2.0' in engine.exposition(fmt, compressed=False)
     assert versioned.calls == 2
     assert b'fleetscope_test_value{k="a"} 1.0' in first
 

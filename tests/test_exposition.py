@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import math
+import random
 import zlib
 
 import pytest
-from fleetscope.exposition import EMPTY, Chunk, Format, accepts_gzip, assemble, negotiate, render
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, accepts_gzip, assemble, negotiate, render
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -153,6 +155,60 @@ def test_formats_without_a_faster_twin() -> None:
 def test_format_is_named_by_its_content_type() -> None:
     assert negotiate(PROMETHEUS_2) is negotiate(PROMETHEUS_2)  # the same header is parsed once
     assert isinstance(negotiate(PROMETHEUS_2), Format)
+
+
+def _families_with(values: list[float]) -> list[Metric]:
+    counter = CounterMetricFamily("fleetscope_test_bytes", "Bytes moved.", labels=["device", "port"])
+    for i, value in enumerate(values):
+        counter.add_metric([f"rdmap{i}s0", "1"], value)
+    info = InfoMetricFamily("fleetscope_test", 'An info family, "quoted" help.', labels=["device"])
+    info.add_metric(["rdmap0s0"], {"fw_version": 'a "b" \\ c\nd'})
+    gauge = GaugeMetricFamily("fleetscope_test_ratio", "A ratio.", unit="ratio")
+    gauge.add_metric([], values[0] / 7 if values else 0.5)
+    return [counter, info, gauge]
+
+
+ODD_VALUES = [0.0, -0.0, 1.0, 0.1, 1e-9, 123456789.0, 1234567.5, 2.0**53, 1e22, -5.5, math.inf, -math.inf, math.nan]
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2, PROMETHEUS_3, "text/plain;version=0.0.4",
+                                    "text/plain;version=1.0.0;escaping=allow-utf-8"])
+def test_a_new_reading_of_the_same_series_is_written_as_the_encoder_writes_it(accept: str) -> None:
+    fmt = negotiate(accept)
+    renderer = Renderer()
+    first = renderer.render(_families_with(list(range(len(ODD_VALUES)))), fmt)
+    assert first.text == render(_families_with(list(range(len(ODD_VALUES)))), fmt).text
+    rng = random.Random(16)
+    for _ in range(20):
+        values = [rng.choice(ODD_VALUES) * rng.choice([1, 3, 1e6]) for _ in ODD_VALUES]
+        families = _families_with(values)
+        assert renderer.render(families, fmt).text == render(families, fmt).text
+
+
+def test_changed_series_are_rendered_again_by_the_encoder() -> None:
+    fmt = negotiate(PROMETHEUS_2)
+    renderer = Renderer()
+    renderer.render(_families_with([1.0, 2.0]), fmt)
+    for families in (
+        _families_with([1.0, 2.0, 3.0]),  # a device more
+        _families_with([5.0]),  # one fewer
+        [_families_with([1.0, 2.0])[0]],  # a family fewer
+        _other(),  # other names
+    ):
+        assert renderer.render(families, fmt).text == render(families, fmt).text
+    renamed = _families_with([1.0, 2.0])
+    renamed[0].samples[1] = renamed[0].samples[1]._replace(labels={"device": "efa_1", "port": "1"})
+    assert b'device="efa_1"' in renderer.render(renamed, fmt).text
+
+
+def test_samples_with_timestamps_are_always_left_to_the_encoder() -> None:
+    fmt = negotiate(PROMETHEUS_2)
+    renderer = Renderer()
+    gauge = GaugeMetricFamily("fleetscope_test_stamped", "Stamped.")
+    gauge.add_metric([], 1.0, timestamp=1700000000.5)
+    for value in (1.0, 2.0):
+        gauge.samples[0] = gauge.samples[0]._replace(value=value)
+        assert renderer.render([gauge], fmt).text == render([gauge], fmt).text
 
 
 class _Registry:

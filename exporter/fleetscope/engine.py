@@ -12,9 +12,9 @@ dropped rather than served forever.
 A scrape costs what changed since the last one: each reading is rendered, in
 the formats scrapers have been asking for, by its collector's thread before it
 is published (:mod:`fleetscope.exposition`), so ``/metrics`` joins bytes. Work
-nothing reads is not done: a collector nobody has scraped for
-:data:`IDLE_AFTER` pauses until the next scrape, which waits (at most the
-collector's timeout) for a fresh reading.
+nothing reads is not done: a collector nobody has scraped for ``idle_after``
+(setting ``collection.pause-after``) pauses until the next scrape, which waits
+(at most the collector's timeout) for a fresh reading.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from prometheus_client.core import Metric
 
 from fleetscope import __version__
 from fleetscope.errors import NoHardware
-from fleetscope.exposition import EMPTY, Chunk, Format, assemble, render
+from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, assemble
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics.engine import (
     BUILD_INFO,
@@ -74,15 +74,16 @@ class Served:
 class _Rendered:
     """A list of families and its chunks, per format (``Content-Type``), filled as formats are asked for."""
 
-    def __init__(self, metrics: list[Metric], chunks: dict[str, Chunk] | None = None) -> None:
+    def __init__(self, metrics: list[Metric], renderer: Renderer) -> None:
         self.metrics = metrics
-        self.chunks = chunks if chunks is not None else {}
+        self.renderer = renderer
+        self.chunks: dict[str, Chunk] = {}
 
     def chunk(self, fmt: Format, owner: str) -> Chunk:
         chunk = self.chunks.get(fmt.content_type)
         if chunk is None:
             try:
-                chunk = render(self.metrics, fmt)
+                chunk = self.renderer.render(self.metrics, fmt)
             except Exception as exc:  # families one encoder refuses must not fail the whole scrape
                 logger.error("collector %s: cannot render its series as %s: %s", owner, fmt.content_type, exc)
                 return EMPTY
@@ -126,7 +127,8 @@ class CollectorRunner:
         self._lock = threading.Condition()
         self._reading = Reading()
         self._last_success: float | None = None
-        self._rendered = _Rendered([])
+        self._renderer = Renderer()  # only the thread that publishes a reading renders ahead of scrapes
+        self._rendered = _Rendered([], self._renderer)
         self._hardware_present = True
         # Formats scrapers asked for: Content-Type -> (format, when last asked, gzip wanted).
         self._demand: dict[str, tuple[Format, float, bool]] = {}
@@ -226,7 +228,7 @@ class CollectorRunner:
 
     def _prerender(self, metrics: list[Metric]) -> _Rendered:
         """The new reading rendered in every format asked for lately, before anyone can be served it."""
-        rendered = _Rendered(metrics)
+        rendered = _Rendered(metrics, self._renderer)
         now = time.monotonic()
         for fmt, asked, compressed in list(self._demand.values()):
             if now - asked <= self.idle_after:
@@ -241,11 +243,11 @@ class CollectorRunner:
             self._reading = reading
             if reading.status == "ok":
                 self._last_success = reading.started + reading.duration
-                self._rendered = rendered or _Rendered(reading.metrics)
+                self._rendered = rendered or _Rendered(reading.metrics, self._renderer)
                 self._hardware_present = True
             elif reading.status == "no_hardware":
                 self._last_success = reading.started + reading.duration
-                self._rendered = _Rendered([])
+                self._rendered = _Rendered([], self._renderer)
                 self._hardware_present = False
             self._lock.notify_all()
         self._first_done.set()
@@ -307,6 +309,7 @@ class LiveCollector:
         self._clock = clock
         self._generation_of: Callable[[], object] | None = getattr(collector, "generation", None)
         self._cached: tuple[object, Reading, _Rendered] | None = None
+        self._renderer = Renderer()
         self.attempted = True
 
     def _collect(self) -> Reading:
@@ -328,7 +331,7 @@ class LiveCollector:
         cached = self._cached
         if generation is None or cached is None or cached[0] != generation:
             reading = self._collect()
-            cached = (generation, reading, _Rendered(reading.metrics))
+            cached = (generation, reading, _Rendered(reading.metrics, self._renderer))
             if generation is not None and reading.status == "ok":
                 self._cached = cached
         _, reading, rendered = cached
@@ -372,6 +375,7 @@ class Engine:
         self.runners = list(runners)
         # Self-metrics rendered per format, reused while no collector's facts changed.
         self._own: dict[str, tuple[tuple[object, ...], Chunk]] = {}
+        self._own_renderer = Renderer()
 
     def start(self) -> None:
         for runner in self.runners:
@@ -423,6 +427,6 @@ class Engine:
         cached = self._own.get(fmt.content_type)
         if cached is not None and cached[0] == key:
             return cached[1]
-        chunk = render(_self_families(facts), fmt)
+        chunk = self._own_renderer.render(_self_families(facts), fmt)
         self._own[fmt.content_type] = (key, chunk)
         return chunk
