@@ -141,6 +141,10 @@ class CollectionConfig:
         "collection.staleness", 0.0, lambda v: 0.0 if str(v).strip() in ("0", "") else parse_seconds(v),
         "Drop a collector's series when its last success is older than this (0: 3x its interval + timeout).",
     )
+    pause_after: float = setting(
+        "collection.pause-after", 300.0, lambda v: 0.0 if str(v).strip() in ("0", "") else parse_seconds(v),
+        "Pause a background collector nothing has scraped for this long; the next scrape resumes it (0: never).",
+    )
 
 
 @dataclass(frozen=True)

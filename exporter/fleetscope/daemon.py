@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from fleetscope.collectors import REGISTRY, CollectorEntry
 from fleetscope.collectors.http import HttpCollector
 from fleetscope.config import Config, split_address
-from fleetscope.engine import CollectorRunner, Engine, LiveCollector
+from fleetscope.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
 from fleetscope.http import create_app, create_push_app
 from fleetscope.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
 
@@ -38,8 +38,11 @@ def build_engine(config: Config, collectors: Mapping[str, Any], registry: Mappin
         if registry[name].live:
             runners.append(LiveCollector(name, collector))
         else:
-            runners.append(CollectorRunner(name, collector, settings.interval, settings.timeout,
-                                           config.staleness_for(name), pausable=registry[name].pausable))
+            pause_after = config.collection.pause_after
+            runners.append(CollectorRunner(
+                name, collector, settings.interval, settings.timeout, config.staleness_for(name),
+                idle_after=pause_after or IDLE_AFTER, pausable=registry[name].pausable and pause_after > 0,
+            ))
     return Engine(runners)
 
 
