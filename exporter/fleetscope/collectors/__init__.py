@@ -58,6 +58,7 @@ REGISTRY: dict[str, CollectorEntry] = {
     "nccl": CollectorEntry(
         "fleetscope.collectors.nccl:NcclCollector", "NCCL Inspector plugin output of the node's ranks",
         default_interval=10.0, default_timeout=8.0,
+        pausable=False,  # it follows growing files: a paused reader would face a backlog, or lose a truncated file
     ),
     "steps": CollectorEntry(
         "fleetscope.collectors.steps:StepsCollector", "training steps pushed by jobs", default_interval=1.0,
