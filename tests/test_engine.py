@@ -335,6 +335,30 @@ def test_unscraped_collector_pauses_and_the_next_scrape_wakes_it_with_a_fresh_re
         engine.stop()
 
 
+def test_a_scrape_that_would_render_or_wait_is_left_to_a_thread_when_it_must_not_block():
+    now = [1000.0]
+    counting = Counting()
+    runner = CollectorRunner("counting", counting, interval=0.02, timeout=2, staleness=5, idle_after=0.2,
+                             clock=lambda: now[0])
+    engine = Engine([runner])
+    fmt = negotiate(PROMETHEUS_2)
+    runner.run_once()
+    assert engine.exposition(fmt, compressed=True, block=False) is None  # this format was never rendered
+    assert engine.exposition(fmt, compressed=True) is not None
+    assert b'fleetscope_test_value{k="a"} 1.0' in gzip.decompress(engine.exposition(fmt, True, block=False))
+    engine.start()
+    try:
+        assert _wait_until(lambda: runner.paused)
+        now[0] += 10
+        calls = counting.calls
+        # What the HTTP route does: the event loop finds it would have to wait, a thread waits.
+        assert engine.exposition(fmt, compressed=False, block=False) is None
+        body = engine.exposition(fmt, compressed=False)
+        assert f'fleetscope_test_value{{k="a"}} {calls + 1}.0'.encode() in body
+    finally:
+        engine.stop()
+
+
 def test_collector_that_must_not_pause_keeps_collecting_unscraped():
     counting = Counting()
     runner = CollectorRunner("counting", counting, interval=0.02, timeout=2, staleness=5, idle_after=0.05,

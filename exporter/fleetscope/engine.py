@@ -134,6 +134,7 @@ class CollectorRunner:
         self._demand: dict[str, tuple[Format, float, bool]] = {}
         self._last_scrape = time.monotonic()  # a new daemon collects for IDLE_AFTER before it may pause
         self._paused = False
+        self._resuming = False  # woken by a scrape, its first reading since the pause not yet recorded
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._worker_started = 0.0
@@ -249,6 +250,7 @@ class CollectorRunner:
                 self._last_success = reading.started + reading.duration
                 self._rendered = _Rendered([], self._renderer)
                 self._hardware_present = False
+            self._resuming = False
             self._lock.notify_all()
         self._first_done.set()
 
@@ -263,17 +265,22 @@ class CollectorRunner:
             metrics = self._rendered.metrics if self._fresh() else []
             return self._reading, metrics, self._last_success, self._hardware_present
 
-    def demand(self, fmt: Format, compressed: bool) -> bool:
-        """Note a scrape asking for ``fmt``; True if it woke the collector from a pause."""
+    def demand(self, fmt: Format, compressed: bool) -> None:
+        """Note a scrape asking for ``fmt``; wake the collector if it paused."""
         now = time.monotonic()
         self._last_scrape = now
         previous = self._demand.get(fmt.content_type)
         still_compressed = previous is not None and previous[2] and now - previous[1] <= self.idle_after
         self._demand[fmt.content_type] = (fmt, now, compressed or still_compressed)
         if self._paused:
+            self._resuming = True
             self._wake.set()
-            return True
-        return False
+
+    @property
+    def resuming(self) -> bool:
+        """Woken from a pause and still without a reading fit to serve: a scrape should wait for one."""
+        with self._lock:
+            return self._resuming and not self._fresh()
 
     def wait_fresh(self) -> None:
         """After a pause: wait (at most the collector's timeout) until there is a reading fit to serve."""
@@ -284,6 +291,12 @@ class CollectorRunner:
                 if remaining <= 0:
                     return
                 self._lock.wait(remaining)
+
+    def ready_to_serve(self, fmt: Format) -> bool:
+        """Whether :meth:`serve` would only hand out bytes (no rendering, no waiting)."""
+        with self._lock:
+            rendered = self._rendered if self._fresh() else None
+        return rendered is None or not rendered.metrics or fmt.content_type in rendered.chunks
 
     def serve(self, fmt: Format) -> Served:
         """This collector's part of a scrape in ``fmt``: rendered once per reading."""
@@ -338,11 +351,16 @@ class LiveCollector:
         last_success = self._clock() if reading.status == "ok" else None  # in-memory state is current
         return Served(reading, last_success, True, rendered.chunk(fmt, self.name))
 
-    def demand(self, fmt: Format, compressed: bool) -> bool:
-        return False
+    resuming = False
+
+    def demand(self, fmt: Format, compressed: bool) -> None:
+        pass
 
     def wait_fresh(self) -> None:
         pass
+
+    def ready_to_serve(self, fmt: Format) -> bool:
+        return True  # in-memory state, rendered from its last template: cheap enough for any caller
 
     def start(self) -> None:
         pass
@@ -409,14 +427,20 @@ class Engine:
         for _, (_, metrics, _, _) in snapshots:
             yield from metrics
 
-    def exposition(self, fmt: Format, compressed: bool) -> bytes:
+    def exposition(self, fmt: Format, compressed: bool, block: bool = True) -> bytes | None:
         """The ``/metrics`` body in ``fmt``, gzip-framed when ``compressed``.
 
         Collectors export disjoint metric names, so their chunks join into one
-        valid exposition, self-metrics first.
+        valid exposition, self-metrics first. With ``block=False`` it returns None
+        instead of rendering a background reading or waiting for a paused collector
+        (so an event loop can hand that case to a thread).
         """
-        woken = [runner for runner in self.runners if runner.demand(fmt, compressed)]
-        for runner in woken:
+        for runner in self.runners:
+            runner.demand(fmt, compressed)
+        waiting = [runner for runner in self.runners if runner.resuming]
+        if not block and (waiting or not all(runner.ready_to_serve(fmt) for runner in self.runners)):
+            return None
+        for runner in waiting:
             runner.wait_fresh()
         served = [(runner.name, runner.serve(fmt)) for runner in self.runners]
         return assemble([self._own_chunk(served, fmt), *(part.chunk for _, part in served)], fmt, compressed)

@@ -1,11 +1,11 @@
 """The HTTP side: a FastAPI app for /metrics, health probes and collector routes.
 
-``/metrics`` is a plain ``def`` route, so FastAPI runs it in its threadpool:
-a scrape never blocks the event loop (and with it, pushes), even when it has to
-render a format nobody asked for before or wait for a paused collector. It
-negotiates the format and gzip itself and serves the engine's pre-rendered
-bytes (:mod:`fleetscope.exposition`); the GZip middleware, which would compress
-the body again on every scrape, only handles the other routes.
+``/metrics`` negotiates the format and gzip itself and serves the engine's
+pre-rendered bytes (:mod:`fleetscope.exposition`) straight from the event loop;
+only a scrape that has to render a background reading (a format nobody asked
+for before) or wait for a paused collector goes to the threadpool, so pushes
+are never held up behind it. The GZip middleware, which would compress the body
+again on every scrape, only handles the other routes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
@@ -73,13 +74,16 @@ def create_app(
         )
 
     @app.get(telemetry_path, include_in_schema=False)
-    def metrics(request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
         fmt = negotiate(request.headers.get("accept"))
         compressed = accepts_gzip(request.headers.get("accept-encoding"))
+        body = engine.exposition(fmt, compressed, block=False)
+        if body is None:
+            body = await run_in_threadpool(engine.exposition, fmt, compressed)
         headers = {"Vary": "Accept, Accept-Encoding"}
         if compressed:
             headers["Content-Encoding"] = "gzip"
-        return Response(engine.exposition(fmt, compressed), media_type=fmt.content_type, headers=headers)
+        return Response(body, media_type=fmt.content_type, headers=headers)
 
     @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: the daemon answers.")
     def healthz() -> str:
