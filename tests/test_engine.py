@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from fleetscope.engine import CollectorRunner, Engine, LiveCollector
+from fleetscope.engine import MAX_FORMATS, CollectorRunner, Engine, LiveCollector
 from fleetscope.errors import NoHardware
 from fleetscope.exposition import Renderer, negotiate
 from prometheus_client import CollectorRegistry
@@ -380,3 +380,15 @@ def test_stop_ends_a_paused_collector():
     assert runner._thread is not None
     runner._thread.join(2)
     assert not runner._thread.is_alive()
+
+
+def test_formats_rendered_ahead_stay_few_whatever_scrapers_ask_for(monkeypatch):
+    renders = CountingRenders(monkeypatch)
+    runner = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
+    engine = Engine([runner])
+    runner.run_once()
+    for minor in range(50):  # a client can name any OpenMetrics version
+        engine.exposition(negotiate(f"application/openmetrics-text;version=1.0.{minor}"), compressed=False)
+    before = renders.count("fleetscope_test_value")
+    runner.run_once()
+    assert renders.count("fleetscope_test_value") - before == MAX_FORMATS

@@ -48,6 +48,7 @@ Status = Literal["pending", "ok", "no_hardware", "failed", "timeout"]
 # Prometheus's lookback window: a target not scraped for this long has left every query's view,
 # so readings taken for it are work nothing reads.
 IDLE_AFTER = 300.0
+MAX_FORMATS = 8  # formats rendered ahead per reading; scrapers ask for one or two
 
 
 @dataclass
@@ -269,9 +270,11 @@ class CollectorRunner:
         """Note a scrape asking for ``fmt``; wake the collector if it paused."""
         now = time.monotonic()
         self._last_scrape = now
-        previous = self._demand.get(fmt.content_type)
+        previous = self._demand.pop(fmt.content_type, None)
         still_compressed = previous is not None and previous[2] and now - previous[1] <= self.idle_after
         self._demand[fmt.content_type] = (fmt, now, compressed or still_compressed)
+        while len(self._demand) > MAX_FORMATS:  # a client can name any version: keep the latest few
+            self._demand.pop(next(iter(self._demand)), None)
         if self._paused:
             self._resuming = True
             self._wake.set()

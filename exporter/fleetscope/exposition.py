@@ -175,6 +175,7 @@ def render(metrics: Sequence[Metric], fmt: Format) -> Chunk:
 # Samples the text format moves out of their family into one of their own: never cut into a template.
 _MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 FamilyKey = tuple[str, str, str, str, int]
+MAX_TEMPLATES = 8
 
 
 def _family_key(metric: Metric) -> FamilyKey:
@@ -266,10 +267,11 @@ class Renderer:
                 return Chunk(text.encode("utf-8"))
         chunk = render(metrics, fmt)
         fresh = _Template.build(metrics, chunk.text.decode("utf-8"))
+        self._templates.pop(fmt.content_type, None)
         if fresh is not None:
             self._templates[fmt.content_type] = fresh
-        else:
-            self._templates.pop(fmt.content_type, None)
+            while len(self._templates) > MAX_TEMPLATES:  # Accept headers can name any version
+                self._templates.pop(next(iter(self._templates)), None)
         return chunk
 
 
