@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from fleetscope import __version__
 from fleetscope.dashboards import DASHBOARD_MODULES
-
 from tests.conftest import free_port_run, require_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -35,7 +35,7 @@ OPTIONAL_HOOKS: dict[str, str] = {
     "fleetscope.client.hf": "hf",
     "fleetscope.client.lightning": "lightning",
     "fleetscope.dashboards.kit": "dashboards",
-    **{module: "dashboards" for module in DASHBOARD_MODULES.values()},
+    **dict.fromkeys(DASHBOARD_MODULES.values(), "dashboards"),
 }
 
 IMPORT_PROBE = r"""
@@ -156,7 +156,8 @@ def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None
     installed.seconds["demo"] = time.monotonic() - started
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert re.search(r"FAULT +\[1/1\] xid  node-00 gpu 1 \(job-a rank 1\) xid 48", demo.stdout), demo.stdout
-    assert re.search(r"FIRING +GpuXidResetRequired \(critical\)  node-00 gpu 1 xid 48 — detected \d+ s after xid", demo.stdout)
+    assert re.search(r"FIRING +GpuXidResetRequired \(critical\)  node-00 gpu 1 xid 48 — detected \d+ s after xid",
+                     demo.stdout)
     assert "1 of 1 faults detected with the right labels" in demo.stdout
     print(f"install check: {installed.seconds}")  # shown with -s; the figures docs/demo.md quotes
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+
 from fleetscope.sim.cluster import make_cluster
 from fleetscope.sim.detection import expectation
 from fleetscope.sim.faults import parse_schedule

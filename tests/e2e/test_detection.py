@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from fleetscope.dashboards import queries as dashboard_queries
 from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.detection import (
@@ -86,7 +87,8 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
     expectations = [expectation(f, faulty, note=KNOWN_GAPS.get(f.kind, "")) for f in faults]
     healthy = make_cluster(nodes=4, jobs=2, base_port=base + 16, seed=2)
     workdir = make_workdir("fleetscope-e2e-")
-    clusters = [SimCluster(faulty, os.path.join(workdir, "faulty")), SimCluster(healthy, os.path.join(workdir, "healthy"))]
+    clusters = [SimCluster(faulty, os.path.join(workdir, "faulty")),
+                SimCluster(healthy, os.path.join(workdir, "healthy"))]
     proms = [Prometheus(os.path.join(workdir, "prom-faulty"), listen=f"127.0.0.1:{base + 20}"),
              Prometheus(os.path.join(workdir, "prom-healthy"), listen=f"127.0.0.1:{base + 21}")]
     watchers = [AlertWatcher(p.alerts) for p in proms]
@@ -96,7 +98,7 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
             cluster.build()
         for cluster in clusters:
             cluster.start()
-        for cluster, prom in zip(clusters, proms):
+        for cluster, prom in zip(clusters, proms, strict=True):
             prom.start(prometheus_config(cluster.spec, [RULES], scrape_interval=5.0))
         for watcher in watchers:
             watcher.start()
@@ -162,7 +164,8 @@ def test_fault_raises_its_alert_with_the_right_labels_in_time(detection_run: Det
     outcome = detection_run.outcomes[index]
     exp = outcome.expectation
     assert outcome.fired, f"{exp.fault.label()}: {[p.describe() for p in exp.expected]} never fired"
-    assert outcome.labels_right, f"{exp.fault.label()}: fired on other labels too: {[s.labels for s in outcome.wrong_labels]}"
+    assert outcome.labels_right, \
+        f"{exp.fault.label()}: fired on other labels too: {[s.labels for s in outcome.wrong_labels]}"
     assert outcome.detect_seconds is not None and outcome.detect_seconds <= exp.within, \
         f"{exp.fault.label()}: detected after {outcome.detect_seconds:.0f}s (limit {exp.within:.0f}s)"
 

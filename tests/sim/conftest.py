@@ -5,6 +5,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+
 from fleetscope.sim.tree import make_workdir
 
 

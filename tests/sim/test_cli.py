@@ -3,6 +3,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+
 from fleetscope.cli import main
 
 
@@ -16,7 +17,7 @@ def test_commands_are_registered(capsys):
 def test_a_bad_schedule_is_refused_before_anything_starts(tmp_path):
     schedule = tmp_path / "faults.yml"
     schedule.write_text("faults:\n  - {kind: xid, at: 10s, node: node-00, gpu: 1}\n")
-    with pytest.raises(SystemExit, match="needs params.xid"):
+    with pytest.raises(SystemExit, match=r"needs params\.xid"):
         main(["simulate", "--nodes", "2", "--jobs", "1", "--faults", str(schedule)])
     schedule.write_text("faults:\n  - {kind: row_remap_pending, at: 10s, node: node-09, gpu: 1}\n")
     with pytest.raises(SystemExit, match="no node node-09"):

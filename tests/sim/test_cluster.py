@@ -6,10 +6,10 @@ import time
 
 import httpx
 import pytest
-from fleetscope.sim.cluster import SimCluster, make_cluster
-from fleetscope.sim.faults import parse_schedule
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetscope.sim.cluster import SimCluster, make_cluster
+from fleetscope.sim.faults import parse_schedule
 from tests.conftest import free_port_run
 
 

@@ -56,7 +56,8 @@ def test_evaluate_times_detection_and_separates_wrong_labels_consequences_and_st
 def test_an_alert_already_firing_before_the_fault_does_not_count_as_detection():
     fault = _fault({"kind": "tcp_retransmit_storm", "at": 100, "node": "node-01"})
     exp = Expectation(fault, (AlertPattern("TcpRetransmitRatioHigh", {"instance": "node-01"}),), 120)
-    outcomes, strays = evaluate([exp], [Sighting({"alertname": "TcpRetransmitRatioHigh", "instance": "node-01"}, T0 + 20)],
+    early = Sighting({"alertname": "TcpRetransmitRatioHigh", "instance": "node-01"}, T0 + 20)
+    outcomes, strays = evaluate([exp], [early],
                                 T0)
     assert not outcomes[0].fired and len(strays) == 1
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import yaml
+
 from fleetscope.sim.cluster import make_cluster
 from fleetscope.sim.faults import KINDS, ScheduleError, load_schedule, parse_schedule
 
@@ -16,7 +17,8 @@ def test_schedule_parses_durations_targets_and_params(tmp_path):
          "params": {"slowdown": 1.5}},
     ]}))
     first, second = load_schedule(str(path))
-    assert (first.kind, first.at, first.duration, first.node, first.gpu) == ("thermal_throttle", 60.0, 120.0, "node-03", 2)
+    assert (first.kind, first.at, first.duration, first.node, first.gpu) == \
+        ("thermal_throttle", 60.0, 120.0, "node-03", 2)
     assert first.param("slowdown") == 1.5
     assert first.param("clock_ratio") == KINDS["thermal_throttle"].defaults["clock_ratio"]
     assert second.kind == "rank_dies" and second.duration == math.inf
@@ -46,7 +48,8 @@ def test_cluster_refuses_faults_on_missing_hardware():
         make_cluster(nodes=2, jobs=1, faults=parse_schedule(
             [{"kind": "efa_rx_drops", "at": 1, "node": "node-01", "device": "rdmap79s0"}]))
     with pytest.raises(ValueError, match="has no rank 16"):
-        make_cluster(nodes=2, jobs=1, faults=parse_schedule([{"kind": "rank_dies", "at": 1, "job": "job-a", "rank": 16}]))
+        make_cluster(nodes=2, jobs=1,
+                     faults=parse_schedule([{"kind": "rank_dies", "at": 1, "job": "job-a", "rank": 16}]))
 
 
 def test_every_fault_kind_has_a_working_default_schedule_entry():
@@ -57,5 +60,5 @@ def test_every_fault_kind_has_a_working_default_schedule_entry():
                     "node": {"node": "node-00"}, "rank": {"job": "job-a", "rank": 3},
                     "job": {"job": "job-a"}}[kind.target])
         if kind.required:
-            raw["params"] = {name: 79 for name in kind.required}
+            raw["params"] = dict.fromkeys(kind.required, 79)
         make_cluster(nodes=2, jobs=1, faults=parse_schedule([raw]))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fleetscope.dashboards import DASHBOARD_MODULES
 from fleetscope.sim.grafana import COMPOSE_HINT, Grafana, find_dashboards, find_grafana
-
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,8 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-http.server.HTTPServer((os.environ["GF_SERVER_HTTP_ADDR"], int(os.environ["GF_SERVER_HTTP_PORT"])), Health).serve_forever()
+address = (os.environ["GF_SERVER_HTTP_ADDR"], int(os.environ["GF_SERVER_HTTP_PORT"]))
+http.server.HTTPServer(address, Health).serve_forever()
 """
 
 
@@ -105,7 +106,7 @@ def test_no_grafana_on_path_is_no_grafana(monkeypatch: pytest.MonkeyPatch, tmp_p
     install = find_grafana()
     assert install is not None and install.binary.endswith("grafana-server")
     if install.home is None:
-        with pytest.raises(FileNotFoundError, match="conf/defaults.ini"):
+        with pytest.raises(FileNotFoundError, match=r"conf/defaults\.ini"):
             Grafana(install, tmp_path / "run").start(ROOT / "dashboards", "http://127.0.0.1:9", 5.0)
 
 

@@ -13,7 +13,7 @@ from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import read_netdev
 from fleetscope.sources.netstat import read_netstat
 
-BUSY = Load(gpu_busy={i: 0.95 for i in range(8)}, network=0.95)
+BUSY = Load(gpu_busy=dict.fromkeys(range(8), 0.95), network=0.95)
 
 
 def _node(scratch, prof=P4D, name="node-00"):
@@ -104,7 +104,8 @@ def test_gpu_faults_reach_the_gpu_state_file_and_the_kernel_log(scratch):
     assert state[6]["ecc_uncorrected"] == 2 and state[7]["remap_pending"] and not state[0]["remap_pending"]
     kmsg = pathlib.Path(writer.paths.kmsg).read_text().splitlines()
     assert len(kmsg) == 2  # each Xid is logged once, not every tick
-    assert kmsg[0].endswith("NVRM: Xid (PCI:0000:97:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+    assert kmsg[0].endswith(
+        "NVRM: Xid (PCI:0000:97:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
     assert "NVRM: Xid (PCI:0000:a8:00): 48," in kmsg[1]
 
 

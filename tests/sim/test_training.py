@@ -4,6 +4,7 @@ import itertools
 import statistics
 
 import pytest
+
 from fleetscope.sim.faults import parse_schedule
 from fleetscope.sim.training import JobModel, JobSpec
 

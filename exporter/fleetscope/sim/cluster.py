@@ -193,8 +193,11 @@ class SimCluster:
             self.nodes[node_spec.name] = SimNode(node_spec, model, writer)
         self.jobs = [JobModel(spec, seed=self.spec.seed * 7919 + j) for j, spec in enumerate(self.spec.jobs)]
 
-    def start(self, ready_timeout: float = 90.0) -> None:
-        """Build, start one daemon process per node and wait until each answers /readyz."""
+    def start(self, ready_timeout: float = 240.0) -> None:
+        """Build, start one daemon process per node and wait until each answers /readyz.
+
+        Generous: sixteen daemons importing FastAPI at once on a 2-core machine under a load average
+        of 50 were not all up after 90 s."""
         if not self.nodes:
             self.build()
         self.started_at = time.time()

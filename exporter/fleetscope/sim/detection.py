@@ -150,20 +150,21 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
             fault,
             (AlertPattern("GpuThrottled", on_gpu),
              AlertPattern("TrainingStragglerRank", {"training_job": job.name, "rank": str(rank)})),
-            DETECT_LIMIT, gpu_alerts + (AlertPattern("TrainingJobSlowdown", {"training_job": job.name}),), note,
+            DETECT_LIMIT, (*gpu_alerts, AlertPattern("TrainingJobSlowdown", {"training_job": job.name})), note,
         )
     if kind == "xid":
         xid = int(fault.param("xid"))
-        tolerated = (AlertPattern("GpuLost", on_gpu), AlertPattern("GpuMissing", {"instance": node})) if xid == 79 else ()
+        lost = (AlertPattern("GpuLost", on_gpu), AlertPattern("GpuMissing", {"instance": node}))
         return Expectation(fault, (AlertPattern(xid_alert(xid), {**on_gpu, "xid": str(xid)}),), XID_DETECT_LIMIT,
-                           tolerated, note)
+                           lost if xid == 79 else (), note)
     on_job: dict[str, str | tuple[str, ...]] = {"training_job": job_name}
     on_rank: dict[str, str | tuple[str, ...]] = {**on_job, "rank": str(fault.rank)}
     simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
         "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
         "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
         "efa_retransmits": ("EfaRetransmitTimeouts", on_device, ()),
-        "efa_impaired": ("EfaImpairedRemoteConnections", on_device, (AlertPattern("EfaUnresponsiveRemote", on_device),)),
+        "efa_impaired": ("EfaImpairedRemoteConnections", on_device,
+                         (AlertPattern("EfaUnresponsiveRemote", on_device),)),
         "efa_rx_drops": ("EfaRxDrops", on_device, ()),
         "efa_device_missing": ("EfaDevicesMissing", {"instance": node}, ()),
         "ena_pps_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": "pps"}, ()),

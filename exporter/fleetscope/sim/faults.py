@@ -39,13 +39,15 @@ class FaultKind:
 KINDS: dict[str, FaultKind] = {
     k.name: k
     for k in (
-        FaultKind("thermal_throttle", "gpu", "GPU heats up, thermal slowdown cuts its clocks; its rank's compute slows.",
+        FaultKind("thermal_throttle", "gpu",
+                  "GPU heats up, thermal slowdown cuts its clocks; its rank's compute slows.",
                   {"slowdown": 1.35, "clock_ratio": 0.6, "temperature": 89.0}),
         FaultKind("hw_slowdown", "gpu", "HW slowdown (power brake) halves the GPU clocks; its rank's compute slows.",
                   {"slowdown": 1.6, "clock_ratio": 0.5}),
         FaultKind("xid", "gpu", "The driver logs an Xid (params.xid: 79, 48, 94, 119, ...) for the GPU.",
                   {"count": 1}, required=("xid",)),
-        FaultKind("ecc_uncorrectable", "gpu", "Uncorrectable (double-bit) ECC errors on the GPU's memory.", {"count": 2}),
+        FaultKind("ecc_uncorrectable", "gpu", "Uncorrectable (double-bit) ECC errors on the GPU's memory.",
+                  {"count": 2}),
         FaultKind("row_remap_pending", "gpu", "A row remap is pending: the GPU needs a reset to remap it.", {}),
         FaultKind("efa_retransmits", "efa", "SRD retransmits and retransmit timeouts on an EFA device.",
                   {"packets_per_second": 3000.0, "timeouts_per_second": 2.0}),
@@ -53,7 +55,8 @@ KINDS: dict[str, FaultKind] = {
                   {"events_per_second": 1.0}),
         FaultKind("efa_rx_drops", "efa", "An EFA device drops received packets.", {"drops_per_second": 800.0}),
         FaultKind("efa_device_missing", "efa", "An EFA device disappears from sysfs.", {}),
-        FaultKind("ena_pps_exceeded", "ena", "The ENA interface exceeds its PPS allowance.", {"packets_per_second": 1500.0}),
+        FaultKind("ena_pps_exceeded", "ena", "The ENA interface exceeds its PPS allowance.",
+                  {"packets_per_second": 1500.0}),
         FaultKind("ena_bw_exceeded", "ena", "The ENA interface exceeds its bandwidth allowance (in and out).",
                   {"packets_per_second": 1500.0}),
         FaultKind("tcp_retransmit_storm", "node", "TCP retransmits a large share of its segments.",
@@ -62,7 +65,8 @@ KINDS: dict[str, FaultKind] = {
                   {"data_share": 0.4}),
         FaultKind("rank_slow", "rank", "One rank's compute is slower (a straggler without a visible hardware cause).",
                   {"slowdown": 1.3}),
-        FaultKind("job_hang", "job", "All ranks stop making progress, params.first_rank first, the rest after params.lag s.",
+        FaultKind("job_hang", "job",
+                  "All ranks stop making progress, params.first_rank first, the rest after params.lag s.",
                   {"first_rank": 0, "lag": 10.0}),
         FaultKind("rank_dies", "rank",
                   "One rank's process dies and stops pushing; the others keep stepping for params.block_after s "

@@ -39,7 +39,7 @@ class GpuFeed:
             if mtime == self._mtime:
                 return None
             with open(self.paths.gpu_state, encoding="utf-8") as handle:
-                data = json.load(handle)
+                data: dict[str, Any] = json.load(handle)
             self._mtime = mtime
             return data
         except (OSError, ValueError) as exc:

@@ -61,7 +61,7 @@ class GpuState:
     sm_clock_mhz: float = 0.0
     mem_clock_mhz: float = 0.0
     throttle: set[str] = field(default_factory=set)
-    throttle_seconds: dict[str, float] = field(default_factory=lambda: {r: 0.0 for r in THROTTLE_REASONS})
+    throttle_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(THROTTLE_REASONS, 0.0))
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     remapped_correctable: int = 0
@@ -84,8 +84,8 @@ class EfaState:
     name: str
     pci_address: str
     node_guid: str
-    port: dict[str, int] = field(default_factory=lambda: {c: 0 for c in EFA_PORT_COUNTERS})
-    device: dict[str, int] = field(default_factory=lambda: {c: 0 for c in EFA_DEVICE_COUNTERS})
+    port: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EFA_PORT_COUNTERS, 0))
+    device: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EFA_DEVICE_COUNTERS, 0))
     present: bool = True
 
 
@@ -93,8 +93,8 @@ class EfaState:
 class NicState:
     name: str
     address: str
-    stats: dict[str, int] = field(default_factory=lambda: {c: 0 for c in NETDEV_COUNTERS})
-    ena: dict[str, int] = field(default_factory=lambda: {c: 0 for c in ENA_COUNTERS})
+    stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NETDEV_COUNTERS, 0))
+    ena: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ENA_COUNTERS, 0))
     carrier_changes: int = 1
 
 
@@ -134,8 +134,8 @@ class NodeModel:
             for i, ifname in enumerate(profile.ena_interfaces)
         ]
         self.nics[0].ena["conntrack_allowance_available"] = 500_000
-        self.tcp = {c: 0 for c in TCP_COUNTERS}
-        self.tcp_ext = {c: 0 for c in TCPEXT_COUNTERS}
+        self.tcp = dict.fromkeys(TCP_COUNTERS, 0)
+        self.tcp_ext = dict.fromkeys(TCPEXT_COUNTERS, 0)
         self.new_kmsg: list[str] = []  # kernel log lines produced since the last drain
         self._xids_done: set[tuple[int, int]] = set()  # (fault id, repeat) already logged
         for efa in self.efa:
@@ -306,7 +306,8 @@ class NodeModel:
 
 XID_TEXT = {
     79: "GPU has fallen off the bus.",
-    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, "
+        "subpartition 0.",
     94: "Contained: SM (0x1). RST: No, D-RST: No",
     119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL).",
 }

@@ -63,10 +63,10 @@ def fault_target(fault: Fault, cluster: ClusterSpec) -> str:
     text = node
     if fault.gpu is not None:
         text += f" gpu {fault.gpu}"
-        job = cluster.job_on(node)
-        rank = None if job is None else job.rank_at(node, fault.gpu)
-        if job is not None and rank is not None:
-            text += f" ({job.name} rank {rank})"
+        on_node = cluster.job_on(node)
+        rank = None if on_node is None else on_node.rank_at(node, fault.gpu)
+        if on_node is not None and rank is not None:
+            text += f" ({on_node.name} rank {rank})"
     if fault.device:
         text += f" {fault.device}"
     if fault.kind == "xid":
@@ -271,8 +271,7 @@ class Timeline:
         detected = sum(o.passed for o in outcomes)
         lines = [f"Detection summary at t+{elapsed:.0f}s: {detected} of {len(outcomes)} faults detected "
                  "with the right labels"]
-        for cells in table:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() for cells in table]
         others = self._other_alerts(outcomes)
         lines.append("  other alerts: " + (", ".join(others) if others else "none"))
         return "\n".join(lines) + "\n"
