@@ -387,6 +387,10 @@ def render(settings: Settings, env: Environment, date: str, node: NodeResults, n
     add("Largest metrics: " + ", ".join(f"`{name}` {count}" for name, count in node.largest_metrics) + ".")
     add("")
 
+    from benchmarks import nccl  # the Inspector's series and reading cost: deterministic, a few seconds
+
+    lines.extend(nccl.render(nccl.measure(5_000 if quick else 50_000)))
+
     add("## 5. Side by side")
     add("")
     add("### Network collectors vs node_exporter")

@@ -23,6 +23,7 @@ SECTIONS = (
     "## 2. Daemon CPU and memory",
     "## 3. Push path",
     "## 4. Series per node",
+    "## 4b. Series per node with the NCCL Inspector",
     "## 5. Side by side",
     "### Network collectors vs node_exporter",
     "### Push endpoint vs Pushgateway",

@@ -86,7 +86,16 @@ def test_daemonset_runs_on_the_host_with_least_privilege(rendered: dict[str, lis
         mounts = {m["name"]: m for m in main["volumeMounts"]}
         for volume, path in host_paths.items():
             assert mounts[volume].get("readOnly") is True, f"host path {path} must be mounted read-only"
-        assert sorted(host_paths.values()) == ["/proc", "/sys"]
+        assert sorted(host_paths.values()) == ["/proc", "/sys", "/var/lib/fleetscope/nccl-inspector"]
+        # The NCCL Inspector directory is read where the daemon looks by default, and made writable for
+        # training pods by an init container, the only one with it mounted read-write.
+        inspector = mounts["nccl-inspector"]["mountPath"]
+        assert inspector == load(environ={}).nccl.dir
+        (init,) = pod["initContainers"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert init["securityContext"]["allowPrivilegeEscalation"] is False
+        assert [m["mountPath"] for m in init["volumeMounts"]] == [inspector]
+        assert "0o1777" in init["command"][-1] and inspector in init["command"][-1]
 
 
 def test_kernel_log_overlay_makes_dev_kmsg_readable(rendered: dict[str, list[dict[str, Any]]]) -> None:

@@ -210,3 +210,25 @@ def test_task_prolog_points_tasks_at_the_local_daemon(tmp_path: Path) -> None:
     port = load(environ={}).web.listen_address.rpartition(":")[2]
     assert run() == f"export FLEETSCOPE_PUSH_URL=http://127.0.0.1:{port}\n"
     assert run(FLEETSCOPE_PUSH_URL="http://10.0.0.5:9402") == ""
+
+
+def test_task_prolog_enables_the_nccl_inspector_when_the_plugin_is_installed(tmp_path: Path) -> None:
+    def run(**env: str) -> list[str]:
+        out = subprocess.run(["bash", str(SLURM / "task-prolog.sh")],
+                             env={"PATH": os.environ["PATH"], "FLEETSCOPE_PUSH_URL": "x", **env},
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return out.splitlines()
+
+    plugin = tmp_path / "libnccl-profiler-inspector.so"
+    assert run(SLURM_JOB_ID="81234", FLEETSCOPE_NCCL_INSPECTOR_PLUGIN=str(plugin)) == []  # not installed
+    plugin.write_bytes(b"\x7fELF")
+    lines = run(SLURM_JOB_ID="81234", FLEETSCOPE_NCCL_INSPECTOR_PLUGIN=str(plugin))
+    env = dict(line.removeprefix("export ").split("=", 1) for line in lines)
+    assert env == {
+        "NCCL_PROFILER_PLUGIN": str(plugin), "NCCL_INSPECTOR_ENABLE": "1",
+        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": "1000000",
+        # One directory per job under the daemon's nccl.dir (it reads one level of subdirectories).
+        "NCCL_INSPECTOR_DUMP_DIR": f"{load(environ={}).nccl.dir}/81234",
+    }
+    # A job that brings its own plugin keeps it.
+    assert run(SLURM_JOB_ID="81234", FLEETSCOPE_NCCL_INSPECTOR_PLUGIN=str(plugin), NCCL_PROFILER_PLUGIN="/x.so") == []

@@ -90,6 +90,12 @@ def test_tmpfiles_recreates_the_jobs_dir_the_daemon_reads() -> None:
     assert ["d", load(environ={}).gpu.jobs_dir, "0755", "root", "root", "-"] in lines
 
 
+def test_tmpfiles_makes_the_nccl_inspector_dir_writable_for_jobs() -> None:
+    lines = [line.split() for line in (SYSTEMD / "fleetscope.tmpfiles.conf").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert ["d", load(environ={}).nccl.dir, "1777", "root", "root", "7d"] in lines
+
+
 def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
     root = tmp_path / "root"
     env = {

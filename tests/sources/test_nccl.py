@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 from pathlib import Path
@@ -328,3 +329,25 @@ def test_writers_in_pods_are_told_apart_by_hostname(tmp_path: Path) -> None:
     # No candidate carries the name: unknown rather than a guess.
     assert writer_pid(procfs, InspectorFile("x", "llm-worker-9", 17)) is None
     assert writer_pid(procfs, InspectorFile("x", "gone", 999)) is None
+
+
+# -- real output from a GPU machine (scripts/nccl-inspector-capture) ------------------------------------
+
+REAL = sorted(d for d in glob.glob(os.path.join(NCCL, "real-*")) if os.path.isdir(d))
+
+
+@pytest.mark.parametrize("directory", REAL or [None], ids=lambda d: os.path.basename(d) if d else "none-yet")
+def test_real_plugin_output_parses_whole(directory: str | None) -> None:
+    if directory is None:
+        pytest.skip("no real-GPU Inspector output committed yet: scripts/nccl-inspector-capture (docs/deploy.md)")
+    got, reader = read_all(directory)
+    assert got, "a real fixture without records"
+    assert sum(reader.stats.skipped.values()) == 0, reader.stats.skipped
+    with open(os.path.join(directory, "MANIFEST"), encoding="utf-8") as handle:
+        manifest = dict(line.rstrip("\n").split("=", 1) for line in handle if "=" in line)
+    timing = "kernel_gpu" if manifest.get("timing") == "default" else None
+    for file, record in got:
+        assert record.format_version and record.hostname == file.hostname and record.pid == file.pid
+        assert record.comm.startswith("0x") and record.comm_ranks == 1 and record.seconds >= 0
+        if timing:
+            assert record.timing_source == timing
