@@ -7,6 +7,7 @@ pid). Only loopback addresses are used.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -92,7 +93,7 @@ class SimTree:
         self.model = NodeModel(f"bench-{shape.label}", index, shape.profile(), seed=7 + index)
         self.writer = TreeWriter(self.model, self.paths)
         self.writer.setup()
-        self.load = Load(gpu_busy={i: 0.92 for i in range(shape.gpus)}, network=0.85)
+        self.load = Load(gpu_busy=dict.fromkeys(range(shape.gpus), 0.92), network=0.85)
         self._elapsed = 0.0
 
     def tick(self, dt: float) -> None:
@@ -140,10 +141,8 @@ class TreeTicker:
         while not self._stop.wait(self.period) and time.monotonic() < deadline:
             now = time.monotonic()
             for tree in self.trees:
-                try:
+                with contextlib.suppress(OSError):  # a failed tree write is the simulator's problem
                     tree.tick(now - last)
-                except OSError:
-                    pass  # a failed tree write is the simulator's problem, not a measurement
             last = now
 
 

@@ -28,6 +28,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "simulate": "fleetscope.sim.cli:register_simulate",
     "demo": "fleetscope.sim.cli:register_demo",
     "simulate-node": "fleetscope.sim.cli:register_node",
+    "capture": "fleetscope.capture.cli:register",
     "rules": "fleetscope.rules.cli:register",
     "dashboards": "fleetscope.dashboards.cli:register",
 }

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 
 import pynvml
 import pytest
+
 from fleetscope.nvml_fake import (
     FakeGpu,
     FakeNvml,
+    Status,
     install,
     installed,
     load_scenario,
@@ -152,3 +154,52 @@ def test_uninstall_returns_to_no_library() -> None:
     uninstall()
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
         pynvml.nvmlInit()
+
+
+def test_any_return_code_can_stand_where_a_value_would(tmp_path) -> None:
+    scenario = tmp_path / "codes.yaml"
+    scenario.write_text(
+        "base: h100_8x_healthy\n"
+        "defaults:\n"
+        "  power_mw: NVML_ERROR_NO_PERMISSION\n"
+        "  clocks_mhz: {memory: NVML_ERROR_UNKNOWN}\n"
+        "  gpm: {tensor_active: NVML_ERROR_NOT_SUPPORTED}\n"
+        "  errors: {field:83: NVML_ERROR_NO_PERMISSION}\n"
+        "gpus:\n"
+        "  7: {errors: {nvmlDeviceGetHandleByIndex_v2: NVML_ERROR_INSUFFICIENT_POWER}}\n"
+    )
+    fake = load_scenario(str(scenario))
+    assert fake.gpu(0).power_mw == Status.named("NVML_ERROR_NO_PERMISSION")
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_NoPermission) as refused:
+            pynvml.nvmlDeviceGetPowerUsage(handle)
+        assert str(refused.value) == "Insufficient Permissions"
+        assert pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) == 1980
+        with pytest.raises(pynvml.NVMLError_Unknown):
+            pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+        # the energy field is refused while the older call still answers
+        (energy,) = pynvml.nvmlDeviceGetFieldValues(handle, [83])
+        assert energy.nvmlReturn == pynvml.NVML_ERROR_NO_PERMISSION
+        assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) == 987654321
+        with pytest.raises(pynvml.NVMLError_InsufficientPower):
+            pynvml.nvmlDeviceGetHandleByIndex(7)
+        pynvml.nvmlShutdown()
+
+
+def test_init_error_is_what_nvml_init_raises() -> None:
+    install(FakeNvml([], init_error=Status.named("NVML_ERROR_DRIVER_NOT_LOADED")))
+    with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
+        pynvml.nvmlInit()
+
+
+def test_return_code_names_are_the_binding_s() -> None:
+    from fleetscope.nvml_fake.library import RETURN_CODES
+
+    named = {name: getattr(pynvml, name) for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
+    for code, (name, _) in RETURN_CODES.items():
+        if code:
+            assert named[name] == code and Status.named(name) == Status(code)
+    with pytest.raises(ValueError, match="not an NVML return code"):
+        Status.named("NVML_ERROR_NO_SUCH_THING")

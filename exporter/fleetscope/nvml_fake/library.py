@@ -13,7 +13,9 @@ Units follow ``nvml.h``: MHz, milliwatts, millijoules, nanoseconds, percent,
 KB/s for PCIe throughput. The state of each GPU is a :class:`FakeGpu` that
 tests and the simulator change at runtime (``fake.gpu(3).set(temperature=91)``).
 A value set to ``None`` makes the matching call or field answer
-``NVML_ERROR_NOT_SUPPORTED``.
+``NVML_ERROR_NOT_SUPPORTED``; a :class:`Status` (``Status.named("NVML_ERROR_NO_PERMISSION")``)
+makes it answer that return code, and ``FakeGpu.errors`` gives one entry point or field of a GPU a
+code of its own whatever the value (a field refused while the older call still answers).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import hashlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -35,18 +37,75 @@ SUCCESS = 0
 ERROR_UNINITIALIZED = 1
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
 ERROR_NOT_FOUND = 6
 ERROR_INSUFFICIENT_SIZE = 7
 ERROR_TIMEOUT = 10
+ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
 ERROR_ARGUMENT_VERSION_MISMATCH = 25
+ERROR_UNKNOWN = 999
 
-ERROR_STRINGS = {
-    SUCCESS: b"Success", ERROR_UNINITIALIZED: b"Uninitialized", ERROR_INVALID_ARGUMENT: b"Invalid Argument",
-    ERROR_NOT_SUPPORTED: b"Not Supported", ERROR_NOT_FOUND: b"Not Found", ERROR_INSUFFICIENT_SIZE: b"Insufficient Size",
-    ERROR_TIMEOUT: b"Timeout", ERROR_GPU_IS_LOST: b"GPU is lost",
-    ERROR_ARGUMENT_VERSION_MISMATCH: b"Argument version mismatch",
+# nvmlReturn_t: name (nvml.h) and the text nvmlErrorString gives for it.
+RETURN_CODES: dict[int, tuple[str, bytes]] = {
+    SUCCESS: ("NVML_SUCCESS", b"Success"),
+    ERROR_UNINITIALIZED: ("NVML_ERROR_UNINITIALIZED", b"Uninitialized"),
+    ERROR_INVALID_ARGUMENT: ("NVML_ERROR_INVALID_ARGUMENT", b"Invalid Argument"),
+    ERROR_NOT_SUPPORTED: ("NVML_ERROR_NOT_SUPPORTED", b"Not Supported"),
+    ERROR_NO_PERMISSION: ("NVML_ERROR_NO_PERMISSION", b"Insufficient Permissions"),
+    5: ("NVML_ERROR_ALREADY_INITIALIZED", b"Already Initialized"),
+    ERROR_NOT_FOUND: ("NVML_ERROR_NOT_FOUND", b"Not Found"),
+    ERROR_INSUFFICIENT_SIZE: ("NVML_ERROR_INSUFFICIENT_SIZE", b"Insufficient Size"),
+    8: ("NVML_ERROR_INSUFFICIENT_POWER", b"Insufficient External Power"),
+    9: ("NVML_ERROR_DRIVER_NOT_LOADED", b"Driver Not Loaded"),
+    ERROR_TIMEOUT: ("NVML_ERROR_TIMEOUT", b"Timeout"),
+    11: ("NVML_ERROR_IRQ_ISSUE", b"Interrupt Request Issue"),
+    12: ("NVML_ERROR_LIBRARY_NOT_FOUND", b"NVML Shared Library Not Found"),
+    ERROR_FUNCTION_NOT_FOUND: ("NVML_ERROR_FUNCTION_NOT_FOUND", b"Function Not Found"),
+    14: ("NVML_ERROR_CORRUPTED_INFOROM", b"Corrupted infoROM"),
+    ERROR_GPU_IS_LOST: ("NVML_ERROR_GPU_IS_LOST", b"GPU is lost"),
+    16: ("NVML_ERROR_RESET_REQUIRED", b"GPU requires restart"),
+    17: ("NVML_ERROR_OPERATING_SYSTEM", b"The operating system has blocked the request"),
+    18: ("NVML_ERROR_LIB_RM_VERSION_MISMATCH", b"RM has detected an NVML/RM version mismatch"),
+    19: ("NVML_ERROR_IN_USE", b"In use by another client"),
+    20: ("NVML_ERROR_MEMORY", b"Insufficient Memory"),
+    21: ("NVML_ERROR_NO_DATA", b"No data"),
+    22: ("NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", b"ECC is not supported on vGPU"),
+    23: ("NVML_ERROR_INSUFFICIENT_RESOURCES", b"Insufficient resources"),
+    24: ("NVML_ERROR_FREQ_NOT_SUPPORTED", b"Frequency not supported"),
+    ERROR_ARGUMENT_VERSION_MISMATCH: ("NVML_ERROR_ARGUMENT_VERSION_MISMATCH", b"Argument version mismatch"),
+    26: ("NVML_ERROR_DEPRECATED", b"Deprecated"),
+    27: ("NVML_ERROR_NOT_READY", b"Not ready"),
+    28: ("NVML_ERROR_GPU_NOT_FOUND", b"GPU not found"),
+    29: ("NVML_ERROR_INVALID_STATE", b"Invalid state"),
+    ERROR_UNKNOWN: ("NVML_ERROR_UNKNOWN", b"Unknown Error"),
 }
+_CODES_BY_NAME = {name: code for code, (name, _) in RETURN_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Status:
+    """An NVML return code standing where a value would be: the call or field answers it instead."""
+
+    code: int
+
+    @classmethod
+    def named(cls, name: str) -> Status:
+        """``NVML_ERROR_NO_PERMISSION`` (as in nvml.h and in scenario files) -> its status."""
+        if name not in _CODES_BY_NAME:
+            raise ValueError(f"not an NVML return code: {name!r}")
+        return cls(_CODES_BY_NAME[name])
+
+    @property
+    def name(self) -> str:
+        return RETURN_CODES.get(self.code, (f"NVML_ERROR_{self.code}", b""))[0]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NOT_SUPPORTED = Status(ERROR_NOT_SUPPORTED)
+Answer = int | Status | None  # a value, a return code, or None for NOT_SUPPORTED
 
 # Event type bits (nvml.h nvmlEventType*)
 EVENT_SBE = 0x1
@@ -73,61 +132,70 @@ SAMPLE_BASE = 0x7F0000C00000
 VALUE_TYPE_DOUBLE, VALUE_TYPE_UINT, VALUE_TYPE_ULL, VALUE_TYPE_SLL = 0, 1, 3, 4
 
 
+def _zeros(*keys: str) -> dict[str, Answer]:
+    return dict.fromkeys(keys, 0)
+
+
+def _idle_gpm() -> dict[str, float | Status]:
+    return dict.fromkeys(GPM_METRICS.values(), 0.0)
+
+
 @dataclass
 class FakeGpu:
     """The simulated state of one GPU, in NVML's own units."""
 
     index: int = 0
-    name: str = "NVIDIA H100 80GB HBM3"
-    uuid: str = ""
-    serial: str = ""
+    name: str | Status = "NVIDIA H100 80GB HBM3"
+    uuid: str | Status = ""
+    serial: str | Status = ""
     pci_domain: int = 0
     pci_bus: int = 0
     pci_device: int = 0
     pci_device_id: int = 0x233010DE
-    vbios_version: str = "96.00.99.00.01"
-    architecture: str = "hopper"
-    mig_mode: int = 0
-    utilization_gpu: int | None = 0
+    vbios_version: str | Status = "96.00.99.00.01"
+    architecture: str | Status = "hopper"
+    mig_mode: Answer = 0
+    utilization_gpu: Answer = 0
     utilization_memory: int | None = 0
     memory_total: int = 81559 * 1024 * 1024
     memory_used: int = 0
-    memory_reserved: int | None = 535 * 1024 * 1024
-    temperature: int | None = 35
-    memory_temperature: int | None = 40
-    slowdown_temperature: int | None = 90
-    shutdown_temperature: int | None = 92
-    power_mw: int | None = 70000
-    power_limit_mw: int | None = 700000
-    energy_mj: int | None = 0
-    clocks_mhz: dict[str, int] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
-    max_clocks_mhz: dict[str, int] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
-    throttle_reasons: int = 0
-    throttle_ns: dict[str, int] = field(default_factory=lambda: {r: 0 for r in THROTTLE_FIELDS})
-    ecc: dict[str, int] | None = field(default_factory=lambda: {
-        "corrected_volatile": 0, "uncorrected_volatile": 0, "corrected_aggregate": 0, "uncorrected_aggregate": 0})
-    retired_pages_sbe: int | None = 0
-    retired_pages_dbe: int | None = 0
-    retired_pages_pending: int | None = 0
-    remapped_rows: dict[str, int] | None = field(default_factory=lambda: {
-        "correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0})
-    pcie_replays: int | None = 0
-    pcie_generation: int | None = 5
-    pcie_max_generation: int | None = 5
-    pcie_width: int | None = 16
-    pcie_max_width: int | None = 16
-    pcie_tx_kbps: int | None = 0
-    pcie_rx_kbps: int | None = 0
-    nvlink_up: list[bool] = field(default_factory=lambda: [True] * 18)
-    nvlink_errors: dict[str, list[int]] = field(default_factory=dict)  # "replay"/"recovery"/"crc" -> per link
-    performance_state: int | None = 0
-    fan_percent: int | None = None  # passively cooled SXM boards have no fan
-    recovery_action: int | None = 0
-    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
-    gpm: dict[str, float] | None = field(default_factory=lambda: {
-        "sm_active": 0.0, "sm_occupancy": 0.0, "tensor_active": 0.0, "dram_active": 0.0})
-    supported_events: int = EVENT_SBE | EVENT_DBE | EVENT_XID | EVENT_DRAM_RETIREMENT | EVENT_DRAM_RETIREMENT_FAILURE
-    unsupported: set[str] = field(default_factory=set)  # entry points answering NOT_SUPPORTED for this GPU
+    memory_reserved: Answer = 535 * 1024 * 1024
+    temperature: Answer = 35
+    memory_temperature: Answer = 40
+    slowdown_temperature: Answer = 90
+    shutdown_temperature: Answer = 92
+    power_mw: Answer = 70000
+    power_limit_mw: Answer = 700000
+    energy_mj: Answer = 0
+    clocks_mhz: dict[str, Answer] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
+    max_clocks_mhz: dict[str, Answer] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
+    throttle_reasons: Answer = 0
+    throttle_ns: dict[str, Answer] = field(default_factory=lambda: _zeros(*THROTTLE_FIELDS))
+    ecc: dict[str, Answer] | Status | None = field(default_factory=lambda: _zeros(
+        "corrected_volatile", "uncorrected_volatile", "corrected_aggregate", "uncorrected_aggregate"))
+    retired_pages_sbe: Answer = 0
+    retired_pages_dbe: Answer = 0
+    retired_pages_pending: Answer = 0
+    remapped_rows: dict[str, Answer] | Status | None = field(default_factory=lambda: _zeros(
+        "correctable", "uncorrectable", "pending", "failure"))
+    pcie_replays: Answer = 0
+    pcie_generation: Answer = 5
+    pcie_max_generation: Answer = 5
+    pcie_width: Answer = 16
+    pcie_max_width: Answer = 16
+    pcie_tx_kbps: Answer = 0
+    pcie_rx_kbps: Answer = 0
+    nvlink_up: list[bool | Status | None] = field(default_factory=lambda: [True] * 18)
+    nvlink_errors: dict[str, list[Answer]] = field(default_factory=dict)  # "replay"/"recovery"/"crc" -> per link
+    performance_state: Answer = 0
+    fan_percent: Answer = None  # passively cooled SXM boards have no fan
+    recovery_action: Answer = 0
+    # (pid, used bytes or None: NVML_VALUE_NOT_AVAILABLE), or the call's return code
+    processes: list[Sequence[int | None]] | Status = field(default_factory=list)
+    gpm: dict[str, float | Status] | Status | None = field(default_factory=_idle_gpm)
+    supported_events: Answer = EVENT_SBE | EVENT_DBE | EVENT_XID | EVENT_DRAM_RETIREMENT | EVENT_DRAM_RETIREMENT_FAILURE
+    # Entry points (C symbol) and fields ("field:<id>") of this GPU that answer a code of their own.
+    errors: dict[str, Status] = field(default_factory=dict)
     lost: bool = False
 
     def __post_init__(self) -> None:
@@ -171,7 +239,8 @@ class FakeGpu:
 # Getters that write one integer read straight off the GPU model: one row each, not one method each.
 SCALAR_GETTERS: dict[str, Callable[[FakeGpu], Any]] = {
     "nvmlDeviceGetIndex": attrgetter("index"),
-    "nvmlDeviceGetArchitecture": lambda gpu: ARCHITECTURES.get(gpu.architecture),
+    "nvmlDeviceGetArchitecture": lambda gpu: (
+        gpu.architecture if isinstance(gpu.architecture, Status) else ARCHITECTURES.get(gpu.architecture)),
     "nvmlDeviceGetPowerUsage": attrgetter("power_mw"),
     "nvmlDeviceGetEnforcedPowerLimit": attrgetter("power_limit_mw"),
     "nvmlDeviceGetTotalEnergyConsumption": attrgetter("energy_mj"),
@@ -215,6 +284,32 @@ def _out(ref: Any) -> Any:
     return getattr(ref, "_obj", ref)
 
 
+VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # nvml.h NVML_VALUE_NOT_AVAILABLE (unsigned long long)
+
+
+class Refused(Exception):
+    """A field (or call) answers this return code instead of a value."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _entry(container: Any, key: str) -> Any:
+    """One value of a per-key state (ECC, clocks, ...) that may itself be None or a :class:`Status`."""
+    if container is None or isinstance(container, Status):
+        return container
+    return container.get(key)
+
+
+def _number(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _link_state(up: bool | Status | None) -> Any:
+    return up if up is None or isinstance(up, Status) else (1 if up else 0)
+
+
 def _address(pointer: Any) -> int:
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
@@ -243,8 +338,10 @@ class FakeNvml:
         missing_functions: tuple[str, ...] = (),
         max_field_id: int = 400,
         name: str = "custom",
+        init_error: Status | None = None,
     ) -> None:
         self.name = name
+        self.init_error = init_error  # nvmlInit answers this (a node whose driver is not loaded)
         self.gpus = gpus
         self.driver_version = driver_version
         self.nvml_version = nvml_version
@@ -264,8 +361,8 @@ class FakeNvml:
         self._functions = {
             attr[1:]: CFunction(attr[1:], getattr(self, attr), self) for attr in dir(self) if attr.startswith("_nvml")
         }
-        for name, read in SCALAR_GETTERS.items():
-            self._functions[name] = CFunction(name, functools.partial(self._scalar_getter, name, read), self)
+        for getter, read in SCALAR_GETTERS.items():
+            self._functions[getter] = CFunction(getter, functools.partial(self._scalar_getter, getter, read), self)
 
     # -- scenario API ----------------------------------------------------------------------------
 
@@ -319,7 +416,8 @@ class FakeNvml:
         functions = self.__dict__.get("_functions", {})
         if name in self.__dict__.get("missing_functions", ()) or name not in functions:
             raise AttributeError(name)
-        return functions[name]
+        function: CFunction = functions[name]
+        return function
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -338,8 +436,12 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
         if gpu.lost:
             return ERROR_GPU_IS_LOST
-        if function in gpu.unsupported or value is None:
+        if function in gpu.errors:
+            return gpu.errors[function].code
+        if value is None:
             return ERROR_NOT_SUPPORTED
+        if isinstance(value, Status):
+            return value.code
         writer(value)
         return SUCCESS
 
@@ -356,6 +458,8 @@ class FakeNvml:
     # -- system ----------------------------------------------------------------------------------
 
     def _nvmlInitWithFlags(self, flags: Any) -> int:
+        if self.init_error is not None:
+            return self.init_error.code
         self.initialized += 1
         return SUCCESS
 
@@ -369,7 +473,7 @@ class FakeNvml:
         return SUCCESS
 
     def _nvmlErrorString(self, result: Any) -> bytes:
-        return ERROR_STRINGS.get(_value(result), b"Unknown Error")
+        return RETURN_CODES.get(_value(result), ("", b"Unknown Error"))[1]
 
     def _nvmlSystemGetDriverVersion(self, buffer: Any, length: Any) -> int:
         return _write_string(buffer, length, self.driver_version) if self.initialized else ERROR_UNINITIALIZED
@@ -393,6 +497,9 @@ class FakeNvml:
         i = _value(index)
         if not 0 <= i < len(self.gpus):
             return ERROR_INVALID_ARGUMENT
+        refused = self.gpus[i].errors.get("nvmlDeviceGetHandleByIndex_v2")
+        if refused is not None:
+            return refused.code
         _write_pointer(ref, HANDLE_BASE + i * 0x100)
         return SUCCESS
 
@@ -443,7 +550,9 @@ class FakeNvml:
     def _nvmlDeviceGetUtilizationRates(self, handle: Any, ref: Any) -> int:
         gpu = self._device(handle)
         # nvml.h: utilization is not supported on MIG-enabled GPUs.
-        value = None if gpu is None or gpu.mig_mode or gpu.utilization_gpu is None else gpu
+        value: Any = None if gpu is None or gpu.mig_mode == 1 else gpu.utilization_gpu
+        if value is not None and not isinstance(value, Status):
+            value = gpu
 
         def write(g: FakeGpu) -> None:
             _out(ref).gpu = g.utilization_gpu
@@ -457,7 +566,7 @@ class FakeNvml:
         def write(g: FakeGpu) -> None:
             info = _out(ref)
             info.total = g.memory_total
-            info.used = g.memory_used + (g.memory_reserved or 0)  # v1 "used" = reserved + allocated
+            info.used = g.memory_used + _number(g.memory_reserved)  # v1 "used" = reserved + allocated
             info.free = g.memory_total - info.used
 
         return self._query(handle, "nvmlDeviceGetMemoryInfo", gpu, write)
@@ -470,7 +579,7 @@ class FakeNvml:
         def write(g: FakeGpu) -> None:
             info = _out(ref)
             info.total, info.used = g.memory_total, g.memory_used
-            info.reserved = g.memory_reserved or 0
+            info.reserved = _number(g.memory_reserved)
             info.free = g.memory_total - g.memory_used - info.reserved
 
         return self._query(handle, "nvmlDeviceGetMemoryInfo_v2", gpu, write)
@@ -505,7 +614,7 @@ class FakeNvml:
         name = CLOCK_TYPES.get(_value(kind))
         value = None
         if gpu is not None and name is not None:
-            value = (gpu.max_clocks_mhz if maximum else gpu.clocks_mhz).get(name)
+            value = _entry(gpu.max_clocks_mhz if maximum else gpu.clocks_mhz, name)
         return self._scalar(handle, function, value, ref)
 
     def _nvmlDeviceGetClockInfo(self, handle: Any, kind: Any, ref: Any) -> int:
@@ -525,7 +634,7 @@ class FakeNvml:
         gpu = self._device(handle)
         value = None
         if gpu is not None and 0 <= _value(link) < len(gpu.nvlink_up):
-            value = 1 if gpu.nvlink_up[_value(link)] else 0
+            value = _link_state(gpu.nvlink_up[_value(link)])
         elif gpu is not None and not gpu.lost:
             return ERROR_INVALID_ARGUMENT
         return self._scalar(handle, "nvmlDeviceGetNvLinkState", value, ref)
@@ -535,13 +644,15 @@ class FakeNvml:
         kind = {0: "corrected", 1: "uncorrected"}.get(_value(error_type))
         scope = {0: "volatile", 1: "aggregate"}.get(_value(counter_type))
         value = None
-        if gpu is not None and gpu.ecc is not None and kind and scope:
-            value = gpu.ecc.get(f"{kind}_{scope}")
+        if gpu is not None and kind and scope:
+            value = _entry(gpu.ecc, f"{kind}_{scope}")
         return self._scalar(handle, "nvmlDeviceGetTotalEccErrors", value, ref)
 
     def _nvmlDeviceGetRemappedRows(self, handle: Any, corr: Any, unc: Any, pending: Any, failure: Any) -> int:
         gpu = self._device(handle)
-        rows = None if gpu is None or gpu.mig_mode else gpu.remapped_rows  # NotSupported with MIG (nvml.h)
+        rows: Any = None if gpu is None or gpu.mig_mode == 1 else gpu.remapped_rows  # NotSupported with MIG
+        if isinstance(rows, dict):
+            rows = next((v for v in rows.values() if v is None or isinstance(v, Status)), rows)
 
         def write(r: dict[str, int]) -> None:
             _out(corr).value, _out(unc).value = r["correctable"], r["uncorrectable"]
@@ -551,10 +662,11 @@ class FakeNvml:
 
     def _processes(self, handle: Any, function: str, count_ref: Any, infos: Any) -> int:
         gpu = self._device(handle)
-        status = self._query(handle, function, gpu, lambda g: None)
+        status = self._query(handle, function, gpu.processes if gpu and isinstance(gpu.processes, Status) else gpu,
+                             lambda g: None)
         if status != SUCCESS:
             return status
-        assert gpu is not None
+        assert gpu is not None and not isinstance(gpu.processes, Status)
         count = _out(count_ref)
         needed = len(gpu.processes)
         if infos is None or count.value < needed:
@@ -562,7 +674,7 @@ class FakeNvml:
             return SUCCESS if needed == 0 else ERROR_INSUFFICIENT_SIZE
         for slot, (pid, used) in enumerate(gpu.processes):
             infos[slot].pid = pid
-            infos[slot].usedGpuMemory = used
+            infos[slot].usedGpuMemory = VALUE_NOT_AVAILABLE if used is None else used
             infos[slot].gpuInstanceId = 0xFFFFFFFF
             infos[slot].computeInstanceId = 0xFFFFFFFF
         count.value = needed
@@ -577,33 +689,37 @@ class FakeNvml:
     # -- batched field values --------------------------------------------------------------------
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int) -> tuple[int, Any]:
-        """(value type, value) of one field, or raise LookupError for NOT_SUPPORTED."""
+        """(value type, value) of one field; raises :class:`Refused` with the code it answers instead."""
         if field_id > self.max_field_id:
-            raise LookupError
-        ecc = gpu.ecc or {}
-        rows = None if gpu.mig_mode else gpu.remapped_rows
+            raise Refused(ERROR_NOT_SUPPORTED)
+        if f"field:{field_id}" in gpu.errors:
+            raise Refused(gpu.errors[f"field:{field_id}"].code)
+        rows = None if gpu.mig_mode == 1 else gpu.remapped_rows
         simple: dict[int, Any] = {
-            3: ecc.get("corrected_volatile"), 4: ecc.get("uncorrected_volatile"),
-            5: ecc.get("corrected_aggregate"), 6: ecc.get("uncorrected_aggregate"),
+            3: _entry(gpu.ecc, "corrected_volatile"), 4: _entry(gpu.ecc, "uncorrected_volatile"),
+            5: _entry(gpu.ecc, "corrected_aggregate"), 6: _entry(gpu.ecc, "uncorrected_aggregate"),
             29: gpu.retired_pages_sbe, 30: gpu.retired_pages_dbe, 31: gpu.retired_pages_pending,
             82: gpu.memory_temperature, 83: gpu.energy_mj, 91: len(gpu.nvlink_up) or None,
             94: gpu.pcie_replays, 230: gpu.recovery_action,
+            142: _entry(rows, "correctable"), 143: _entry(rows, "uncorrectable"), 144: _entry(rows, "pending"),
+            145: _entry(rows, "failure"),
         }
-        if rows is not None:
-            simple.update({142: rows["correctable"], 143: rows["uncorrectable"], 144: rows["pending"], 145: rows["failure"]})
         for reason, fid in THROTTLE_FIELDS.items():
-            simple[fid] = gpu.throttle_ns.get(reason)
+            simple[fid] = _entry(gpu.throttle_ns, reason)
+        value: Any = None
+        value_type = VALUE_TYPE_ULL
+        per_link = {161: "replay", 162: "recovery", 163: "crc"}
         if field_id in simple:
             value = simple[field_id]
-            if value is None:
-                raise LookupError
-            return VALUE_TYPE_ULL, int(value)
-        per_link = {161: "replay", 162: "recovery", 163: "crc"}
-        if field_id in per_link and 0 <= scope < len(gpu.nvlink_up):
-            return VALUE_TYPE_ULL, gpu.nvlink_errors[per_link[field_id]][scope]
-        if field_id == 165 and 0 <= scope < len(gpu.nvlink_up):
-            return VALUE_TYPE_UINT, 1 if gpu.nvlink_up[scope] else 0
-        raise LookupError
+        elif field_id in per_link and 0 <= scope < len(gpu.nvlink_up):
+            value = gpu.nvlink_errors[per_link[field_id]][scope]
+        elif field_id == 165 and 0 <= scope < len(gpu.nvlink_up):
+            value, value_type = _link_state(gpu.nvlink_up[scope]), VALUE_TYPE_UINT
+        if value is None:
+            raise Refused(ERROR_NOT_SUPPORTED)
+        if isinstance(value, Status):
+            raise Refused(value.code)
+        return value_type, int(value)
 
     def _nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ref: Any) -> int:
         if not self.initialized:
@@ -613,6 +729,8 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
         if gpu.lost:
             return ERROR_GPU_IS_LOST
+        if "nvmlDeviceGetFieldValues" in gpu.errors:
+            return gpu.errors["nvmlDeviceGetFieldValues"].code
         values = _out(ref)
         now_us = int(time.time() * 1e6)
         for i in range(_value(count)):
@@ -621,8 +739,8 @@ class FakeNvml:
             slot.latencyUsec = 0
             try:
                 value_type, value = self._field(gpu, int(slot.fieldId), int(slot.scopeId))
-            except LookupError:
-                slot.nvmlReturn = ERROR_NOT_SUPPORTED
+            except Refused as refused:
+                slot.nvmlReturn = refused.code
                 continue
             slot.nvmlReturn = SUCCESS
             slot.valueType = value_type
@@ -660,9 +778,12 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
 
         def write(g: FakeGpu) -> None:
-            self._samples[address] = {"gpu": g.index, "time": time.monotonic(), "gpm": dict(g.gpm or {})}
+            self._samples[address] = {"gpu": g.index, "time": time.monotonic(),
+                                      "gpm": dict(g.gpm) if isinstance(g.gpm, dict) else {}}
 
-        value = gpu if gpu is not None and gpu.gpm is not None else None
+        value: Any = None if gpu is None else (gpu.gpm if isinstance(gpu.gpm, Status) else gpu)
+        if gpu is not None and gpu.gpm is None:
+            value = None
         return self._query(handle, "nvmlGpmSampleGet", value, write)
 
     def _nvmlGpmMetricsGet(self, ref: Any) -> int:
@@ -676,11 +797,12 @@ class FakeNvml:
         for i in range(request.numMetrics):
             metric = request.metrics[i]
             name = GPM_METRICS.get(int(metric.metricId))
-            if name is None or name not in second["gpm"]:
-                metric.nvmlReturn = ERROR_NOT_SUPPORTED
+            answer = second["gpm"].get(name) if name is not None else None
+            if answer is None or isinstance(answer, Status):
+                metric.nvmlReturn = ERROR_NOT_SUPPORTED if answer is None else answer.code
                 continue
             metric.nvmlReturn = SUCCESS
-            metric.value = float(second["gpm"][name])  # percent 0-100, over the interval between the samples
+            metric.value = float(answer)  # percent 0-100, over the interval between the samples
         return SUCCESS
 
     # -- events ----------------------------------------------------------------------------------
@@ -706,7 +828,7 @@ class FakeNvml:
             target = self._sets.get(_address(event_set))
             if target is None:
                 return ERROR_INVALID_ARGUMENT
-            if gpu is not None and wanted & ~gpu.supported_events:
+            if gpu is not None and isinstance(gpu.supported_events, int) and wanted & ~gpu.supported_events:
                 return ERROR_NOT_SUPPORTED  # nvml.h: "some of requested event types" unsupported
 
             def write(g: FakeGpu) -> None:
@@ -754,7 +876,7 @@ def install(fake: FakeNvml) -> None:
 
 def uninstall() -> None:
     """Back to "no library loaded"; the next ``nvmlInit`` looks for the real one."""
-    import pynvml  # type: ignore[import-untyped]
+    import pynvml
 
     with pynvml.libLoadLock:
         pynvml.nvmlLib = None

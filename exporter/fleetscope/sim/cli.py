@@ -153,10 +153,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_simulate_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    settings = dict(item.partition("=")[::2] for item in args.set)
+    if args.source:
+        from fleetscope.capture.archive import CaptureError
+        from fleetscope.capture.replay import serve_capture
+
+        try:
+            serve_capture(args.source, args.listen, settings)
+        except CaptureError as exc:
+            print(f"fleetscope simulate-node: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.root:
+        print("fleetscope simulate-node: give --root (a simulated node) or --from (a capture)", file=sys.stderr)
+        return 2
     from fleetscope.sim.nodeproc import serve_node
     from fleetscope.sim.tree import NodePaths
 
-    settings = dict(item.partition("=")[::2] for item in args.set)
     serve_node(NodePaths(args.root), args.listen, args.interval, settings)
     return 0
 
@@ -193,8 +206,12 @@ def register_demo(sub: Any) -> None:
 
 
 def register_node(sub: Any) -> None:
-    parser = sub.add_parser("simulate-node", help="(internal) Serve one simulated node's tree with the real daemon.")
-    parser.add_argument("--root", required=True, help="The node's directory written by the simulator.")
+    parser = sub.add_parser("simulate-node", help="Serve one simulated node's tree, or a capture of a real node "
+                            "(fleetscope capture), with the real daemon.")
+    parser.add_argument("--root", default=None, help="The node's directory written by the simulator.")
+    parser.add_argument("--from", dest="source", metavar="CAPTURE", default=None,
+                        help="Replay a capture (.tar.gz from fleetscope capture, or its unpacked directory); "
+                             "its daemon settings apply, --set overrides them (--interval does not apply).")
     parser.add_argument("--listen", required=True, help="host:port for /metrics and the push API.")
     parser.add_argument("--interval", type=float, default=2.5, help="Collection interval of every collector.")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

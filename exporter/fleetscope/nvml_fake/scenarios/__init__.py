@@ -14,8 +14,13 @@ A scenario is YAML::
     lost: [3]                     # GPUs already fallen off the bus
     hang: [nvmlDeviceGetPowerUsage]
     pending_events: [{gpu: 2, xid: 79}]   # delivered once the GPU is registered for events
+    init_error: NVML_ERROR_DRIVER_NOT_LOADED   # nvmlInit fails (no GPU use at all)
 
-``null`` for a value means the driver answers NOT_SUPPORTED for it.
+``null`` for a value means the driver answers NOT_SUPPORTED for it; a return-code name from nvml.h
+(``NVML_ERROR_NO_PERMISSION``) in a value's place means it answers that code. ``errors`` (in
+``defaults`` or per GPU) gives an entry point (its C symbol) or a field (``field:<id>``) a code of
+its own whatever the value: ``errors: {nvmlDeviceGetEnforcedPowerLimit: NVML_ERROR_NOT_SUPPORTED}``.
+``fleetscope capture`` writes the same format from a real node (every value and code it answered).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fleetscope.nvml_fake.library import EVENT_XID, FakeGpu, FakeNvml
+from fleetscope.nvml_fake.library import EVENT_XID, FakeGpu, FakeNvml, Status
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,8 +37,13 @@ def scenario_names() -> list[str]:
     return sorted(name[:-5] for name in os.listdir(SCENARIO_DIR) if name.endswith(".yaml"))
 
 
+def read_scenario(path_or_name: str) -> dict[str, Any]:
+    """A scenario's data as written, its ``base`` merged in (plain YAML values, no fake built)."""
+    return _read(path_or_name)
+
+
 def _read(path_or_name: str) -> dict[str, Any]:
-    import yaml  # type: ignore[import-untyped]  # lazy: only the fake needs it here
+    import yaml  # lazy: only the fake needs it here
 
     path = path_or_name
     if os.path.sep not in path_or_name and not path_or_name.endswith(".yaml"):
@@ -43,7 +53,10 @@ def _read(path_or_name: str) -> dict[str, Any]:
     base = data.pop("base", None)
     if base is None:
         return data
-    merged = _read(base if os.path.sep in base else os.path.join(os.path.dirname(path), base + ".yaml"))
+    if os.path.sep not in base:  # a name: beside this scenario, else a shipped one
+        beside = os.path.join(os.path.dirname(path), base + ".yaml")
+        base = beside if os.path.isfile(beside) else base
+    merged = _read(base)
     for key, value in data.items():
         merged[key] = _merge(merged.get(key), value)
     return merged
@@ -65,11 +78,9 @@ def load_scenario(path_or_name: str) -> FakeNvml:
     for index, bus in enumerate(data.get("pci_buses") or []):
         fields = _merge(defaults, overrides.get(index, {}))
         device = fields.pop("pci_device", 0)
-        if "unsupported" in fields:
-            fields["unsupported"] = set(fields["unsupported"])
         if "nvlink_up" in fields and isinstance(fields["nvlink_up"], int):
             fields["nvlink_up"] = [True] * fields["nvlink_up"]
-        gpus.append(FakeGpu(index=index, pci_bus=int(bus), pci_device=int(device), **_copy(fields)))
+        gpus.append(FakeGpu(index=index, pci_bus=int(bus), pci_device=int(device), **_copy(_statuses(fields))))
     fake = FakeNvml(
         gpus,
         driver_version=str(data.get("driver_version", "550.90.07")),
@@ -78,6 +89,7 @@ def load_scenario(path_or_name: str) -> FakeNvml:
         missing_functions=tuple(data.get("missing_functions") or ()),
         max_field_id=int(data.get("max_field_id", 400)),
         name=str(data.get("description", os.path.basename(path_or_name))),
+        init_error=Status.named(data["init_error"]) if data.get("init_error") else None,
     )
     for index in data.get("lost") or ():
         fake.lose(int(index))
@@ -86,6 +98,17 @@ def load_scenario(path_or_name: str) -> FakeNvml:
     for event in data.get("pending_events") or ():
         fake.pending_events.append((int(event["gpu"]), int(event.get("type", EVENT_XID)), int(event.get("xid", 0))))
     return fake
+
+
+def _statuses(value: Any) -> Any:
+    """Return-code names (``NVML_ERROR_...``) in a value's place, anywhere in the fields, as :class:`Status`."""
+    if isinstance(value, str) and value.startswith("NVML_ERROR_"):
+        return Status.named(value)
+    if isinstance(value, dict):
+        return {k: _statuses(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_statuses(v) for v in value]
+    return value
 
 
 def _copy(fields: dict[str, Any]) -> dict[str, Any]:

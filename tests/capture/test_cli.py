@@ -1,0 +1,76 @@
+"""``fleetscope capture`` and ``fleetscope simulate-node --from`` as a user runs them: two processes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+
+from fleetscope.nvml_fake import uninstall
+from tests.capture.nodes import FixtureNode, pseudonymised, scrape, steady
+from tests.capture.nodes import build as build_node
+from tests.conftest import ROOT, free_port
+
+
+def _fleetscope(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fleetscope", *args]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+    env["PYTHONPATH"] = os.path.join(ROOT, "exporter") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+def test_capture_then_replay_from_the_command_line(tmp_path) -> None:
+    node = FixtureNode.build(str(tmp_path / "node"), "p4d", None)  # this machine has no NVML library
+    flags = [f"--{key}={value}" for key, value in node.settings.items() if key != "collector.steps"]
+    archive, mapping = str(tmp_path / "p4d.tar.gz"), str(tmp_path / "mapping.json")
+    done = subprocess.run(_fleetscope("capture", *flags, "--no-collector.steps", "--no-collector.ena", "-o", archive,
+                                      "--mapping", mapping), capture_output=True, text=True, timeout=120,
+                          env=_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {archive}" in done.stdout and "nvml: 0 GPUs (NVML unavailable" in done.stdout
+    assert stat.S_IMODE(os.stat(mapping).st_mode) == 0o600
+
+    uninstall()
+    settings = {**node.settings, "collector.ena": False}
+    original = scrape(build_node(FixtureNode(node.root, None, settings).config, lambda: None), None)
+
+    port = free_port()
+    process = subprocess.Popen(_fleetscope("simulate-node", "--from", archive, "--listen", f"127.0.0.1:{port}"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            try:
+                if _get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the replay never became ready"
+            time.sleep(0.2)
+        status, replayed = _get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    assert status == 200
+    assert steady(replayed) == steady(pseudonymised(original, mapping))
+    assert 'fleetscope_collector_success{collector="efa"} 1.0' in replayed
+
+
+def test_simulate_node_names_a_broken_capture(tmp_path) -> None:
+    bad = tmp_path / "not-a-capture.tar.gz"
+    bad.write_bytes(b"nonsense")
+    done = subprocess.run(_fleetscope("simulate-node", "--from", str(bad), "--listen", "127.0.0.1:1"),
+                          capture_output=True, text=True, timeout=60, env=_env(), check=False)
+    assert done.returncode == 2 and "cannot open" in done.stderr
