@@ -209,3 +209,10 @@ def test_opening_names_a_newer_format_and_a_non_capture(tmp_path) -> None:
         open_capture(path, str(tmp_path / "out"))
     with pytest.raises(CaptureError, match="cannot open"):
         open_capture(__file__, str(tmp_path / "out2"))
+
+
+def test_a_lost_gpu_keeps_its_place_on_the_pci_bus(tmp_path) -> None:
+    node = FixtureNode.build(str(tmp_path / "node"), "p5", "lost_gpu")
+    scenario = capture(node).nvml.scenario  # type: ignore[attr-defined]
+    assert scenario["lost"] == [3] and scenario["pci_buses"] == [0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA]
+    assert scenario["description"] == "8x NVIDIA H100 80GB HBM3, as fleetscope capture found them"

@@ -89,7 +89,7 @@ def test_a_hanging_call_and_a_lost_gpu_become_the_scenario_s_hang_and_lost() -> 
     scenario = _capture("hanging_call", timeout=0.5)
     assert scenario["hang"] == ["nvmlDeviceGetPowerUsage"]
     scenario = _capture("lost_gpu")
-    assert scenario["lost"] == [3] and len(scenario["pci_buses"]) == 8
+    assert scenario["lost"] == [3] and scenario["pci_buses"][3] == 0x86  # its place from the PCI bus
 
 
 def test_no_library_is_an_init_error() -> None:

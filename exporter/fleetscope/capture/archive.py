@@ -35,6 +35,8 @@ from fleetscope.capture.files import KernelLog, TreeCopy, copy_procfs, copy_sysf
 from fleetscope.capture.nvml import NvmlCapture, capture_nvml
 from fleetscope.capture.redact import Redactor
 from fleetscope.config import Config
+from fleetscope.sources.fs import Root
+from fleetscope.sources.pci import list_gpus
 
 FORMAT = "fleetscope-capture"
 FORMAT_VERSION = 1
@@ -80,9 +82,8 @@ def take_snapshot(config: Config, *, ena_reader: EnaReader | None = None, nvml: 
     sysfs = copy_sysfs(config.path.sysfs, config.net.device_include, config.net.device_exclude)
     procfs = copy_procfs(config.path.procfs)
     kernel_log = read_kernel_log(config.path.kmsg) if config.gpu.kmsg else KernelLog((), 0, "gpu.kmsg is off")
-    sysfs_gpus = [_pci_triple(a) for a in sorted(
-        p.split("/")[3] for p in sysfs.files if p.startswith("bus/pci/devices/") and p.endswith("/class")
-        and sysfs.files[p].strip().lower().startswith(b"0x030"))]
+    # GPUs on the PCI bus in NVML's order, as the PCI reader lists them: places a GPU NVML cannot identify
+    sysfs_gpus = [(g.pci.domain, g.pci.bus, g.pci.device) for g in list_gpus(Root(config.path.sysfs))]
     nvml_capture = (capture_nvml(sysfs_gpus, nvml_timeout, gpm_interval, event_wait) if nvml
                     else NvmlCapture(None, "not captured (--no-nvml)"))
     settings = {key: _setting(config, key) for key, info in settings_table().items()
@@ -101,11 +102,6 @@ def _setting(config: Config, key: str) -> Any:
     return getattr(section, parts[1].replace("-", "_"))
 
 
-def _pci_triple(address: str) -> tuple[int, int, int]:
-    domain, bus, rest = address.split(":")
-    return int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
-
-
 def _read_ena(config: Config, reader: EnaReader | None) -> dict[str, Any]:
     from fleetscope.errors import NoHardware, SourceError
 
@@ -115,7 +111,6 @@ def _read_ena(config: Config, reader: EnaReader | None) -> dict[str, Any]:
         if reader is None:
             from fleetscope.collectors.ena import ENA_DRIVERS
             from fleetscope.sources.ethtool import read_with_socket
-            from fleetscope.sources.fs import Root
 
             reading = read_with_socket(Root(config.path.sysfs), ENA_DRIVERS, config.net.device_include,
                                        config.net.device_exclude)

@@ -200,7 +200,7 @@ def capture_nvml(sysfs_gpus: list[tuple[int, int, int]] | None = None, timeout: 
 
 def _capture(nvml: Any, ask: Asker, sysfs_gpus: list[tuple[int, int, int]], gpm_interval: float,
              event_wait: float) -> NvmlCapture:
-    scenario: dict[str, Any] = {}
+    scenario: dict[str, Any] = {"description": ""}
     for key, symbol, call in (("driver_version", "nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion),
                               ("nvml_version", "nvmlSystemGetNVMLVersion", nvml.nvmlSystemGetNVMLVersion),
                               ("cuda_driver_version", "nvmlSystemGetCudaDriverVersion",
@@ -251,6 +251,8 @@ def _capture(nvml: Any, ask: Asker, sysfs_gpus: list[tuple[int, int, int]], gpm_
         if record.errors:
             fields["errors"] = dict(sorted(record.errors.items()))
         gpus[index] = fields
+    names = sorted({str(g.get("name")) for g in gpus.values() if g.get("name")})
+    scenario["description"] = f"{len(gpus)}x {', '.join(names) or 'GPU'}, as fleetscope capture found them"
     scenario["max_field_id"] = 100_000  # every field's answer is explicit below
     scenario["missing_functions"] = sorted(ask.missing)
     scenario["hang"] = sorted(ask.hung)
