@@ -216,3 +216,17 @@ def test_a_lost_gpu_keeps_its_place_on_the_pci_bus(tmp_path) -> None:
     scenario = capture(node).nvml.scenario  # type: ignore[attr-defined]
     assert scenario["lost"] == [3] and scenario["pci_buses"] == [0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA]
     assert scenario["description"] == "8x NVIDIA H100 80GB HBM3, as fleetscope capture found them"
+
+
+def test_procfs_is_kept_at_the_paths_read_not_through_the_reader_s_own_pid(tmp_path) -> None:
+    from fleetscope.capture.files import copy_procfs
+
+    proc = tmp_path / "proc"
+    (proc / "4242" / "net").mkdir(parents=True)
+    (proc / "4242" / "net" / "snmp").write_text("Tcp: OutSegs\nTcp: 7\n")
+    (proc / "self").symlink_to("4242")
+    (proc / "net").symlink_to("self/net")
+    (proc / "stat").write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n")
+    copied = copy_procfs(str(proc))
+    assert copied.files == {"net/snmp": b"Tcp: OutSegs\nTcp: 7\n", "stat": b"btime 1700000000\n"}
+    assert copied.links == {} and copied.unreadable == {}

@@ -85,13 +85,14 @@ class TreeCopy:
         return data
 
     def whole_file(self, *parts: str, keep: Callable[[bytes], bytes] = lambda data: data) -> bytes | None:
-        """Keep one procfs file, read whole (procfs sizes read as 0); ``keep`` chooses what of it is kept."""
-        relative = self._resolve(parts)
-        if relative is None:
-            return None
+        """Keep one procfs file, read whole (procfs sizes read as 0), at the path asked for: procfs links
+        (``net`` -> ``self/net``) point into the reading process, which the replay is not."""
+        relative = "/".join(parts)
         try:
             with open(os.path.join(self.root, relative), "rb") as handle:
                 data = handle.read()
+        except FileNotFoundError:
+            return None
         except OSError as exc:
             self.unreadable[relative] = _reason(exc)
             return None
