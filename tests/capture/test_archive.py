@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleetscope.capture.archive import (
     FORMAT_VERSION,
@@ -127,7 +128,8 @@ def test_nothing_identifying_survives_and_the_rest_is_what_the_readers_read(tmp_
     assert "name=python3" in kmsg and "name=proc-" in kmsg  # common programs kept, others replaced
     # the same GPU serial in the kernel log and in NVML: one pseudonym
     serial = rendered.redactor.gpu_serial("1654922000000")
-    assert f"Serial Number: {serial}" in kmsg and f"serial: '{serial}'" in content[f"{TOP}/nvml.yaml"].decode()
+    scenario = yaml.safe_load(content[f"{TOP}/nvml.yaml"])
+    assert f"Serial Number: {serial}" in kmsg and scenario["gpus"][0]["serial"] == serial
 
 
 def test_a_value_left_unredacted_refuses_the_capture(tmp_path) -> None:
