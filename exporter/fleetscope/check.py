@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
+from fleetscope.collectors import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.daemon import build_collectors
 from fleetscope.errors import NoHardware
@@ -27,7 +27,7 @@ CLOSE_GRACE = 2.0  # seconds closing the collectors that answered may add after 
 class _HealthCall:
     """One collector's ``health()`` on a daemon thread."""
 
-    def __init__(self, name: str, collector: Any) -> None:
+    def __init__(self, name: str, collector: HealthCheck) -> None:
         self.name = name
         self.findings: list[Finding] = []
         self.error: Exception | None = None
@@ -58,16 +58,15 @@ class _HealthCall:
         return self.findings
 
 
-def _close(collectors: list[Any], wait: float) -> None:
+def _close(collectors: list[Collector], wait: float) -> None:
     """Close collectors on a daemon thread, waiting at most ``wait`` seconds (closing is best effort)."""
 
     def run() -> None:
         for collector in collectors:
-            close = getattr(collector, "close", None)
-            if close is None:
+            if not isinstance(collector, Closeable):
                 continue
             try:
-                close()
+                collector.close()
             except Exception as exc:  # noqa: BLE001 - closing is best effort; the process is about to exit
                 logger.debug("closing %s: %s", type(collector).__name__, exc)
 
@@ -76,11 +75,11 @@ def _close(collectors: list[Any], wait: float) -> None:
     closer.join(wait)
 
 
-def run_check(config: Config, timeout: float = 20.0, collectors: dict[str, Any] | None = None) -> tuple[list[Finding], int]:
+def run_check(config: Config, timeout: float = 20.0, collectors: dict[str, Collector] | None = None) -> tuple[list[Finding], int]:
     """Findings of every collector and the verdict, within ``timeout`` seconds (plus a short grace to close)."""
     deadline = time.monotonic() + timeout
     built = collectors if collectors is not None else build_collectors(config)
-    calls = [_HealthCall(name, collector) for name, collector in built.items() if hasattr(collector, "health")]
+    calls = [_HealthCall(name, collector) for name, collector in built.items() if isinstance(collector, HealthCheck)]
     for call in calls:
         call.start()
     findings: list[Finding] = []

@@ -5,23 +5,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
-from fleetscope.collectors import REGISTRY, CollectorEntry
+from fleetscope.collectors import REGISTRY, Collector, CollectorEntry, HasRouters
 from fleetscope.collectors.http import HttpCollector
 from fleetscope.config import Config, split_address
 from fleetscope.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
 from fleetscope.http import create_app, create_push_app
 from fleetscope.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
 
+if TYPE_CHECKING:
+    import uvicorn
+
 logger = logging.getLogger("fleetscope.daemon")
 
 
-def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, Any]:
+def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, Collector]:
     """Instantiate every enabled collector; one that cannot be built is logged and left out."""
-    built: dict[str, Any] = {}
+    built: dict[str, Collector] = {}
     for name in config.enabled_collectors():
         entry = registry[name]
         try:
@@ -31,7 +35,7 @@ def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = RE
     return built
 
 
-def build_engine(config: Config, collectors: Mapping[str, Any], registry: Mapping[str, CollectorEntry] = REGISTRY) -> Engine:
+def build_engine(config: Config, collectors: Mapping[str, Collector], registry: Mapping[str, CollectorEntry] = REGISTRY) -> Engine:
     runners: list[CollectorRunner | LiveCollector] = []
     for name, collector in collectors.items():
         settings = config.collector(name)
@@ -49,11 +53,11 @@ def build_engine(config: Config, collectors: Mapping[str, Any], registry: Mappin
 @dataclass
 class Daemon:
     config: Config
-    collectors: dict[str, Any]
+    collectors: dict[str, Collector]
     engine: Engine
     app: FastAPI
     push_app: FastAPI | None = None
-    servers: list[Any] = field(default_factory=list)
+    servers: list[uvicorn.Server] = field(default_factory=list)
 
     async def serve(self) -> None:
         import uvicorn  # lazy: `fleetscope check` never needs a server
@@ -88,16 +92,15 @@ class Daemon:
             server.should_exit = True
 
 
-def build_daemon(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY, collectors: Mapping[str, Any] | None = None) -> Daemon:
+def build_daemon(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY, collectors: Mapping[str, Collector] | None = None) -> Daemon:
     built = dict(collectors) if collectors is not None else build_collectors(config, registry)
     engine = build_engine(config, built, registry)
     main_routers: list[APIRouter] = []
     push_routers: list[APIRouter] = []
     for collector in built.values():
-        routers = getattr(collector, "routers", None)
-        if routers is None:
+        if not isinstance(collector, HasRouters):
             continue
-        for where, router in routers():
+        for where, router in collector.routers():
             (push_routers if where == "push" else main_routers).append(router)
     separate_push = bool(config.push.listen_address)
     app = create_app(engine, config.web.telemetry_path, main_routers + ([] if separate_push else push_routers))

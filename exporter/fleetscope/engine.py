@@ -25,11 +25,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from prometheus_client.core import Metric
+from prometheus_client.registry import Collector as PrometheusCollector
 
 from fleetscope import __version__
+from fleetscope.collectors import Closeable, Collector, Versioned
 from fleetscope.errors import NoHardware
 from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, assemble
 from fleetscope.families import FamilyBuilder
@@ -109,7 +111,7 @@ class CollectorRunner:
     def __init__(
         self,
         name: str,
-        collector: Any,
+        collector: Collector,
         interval: float,
         timeout: float,
         staleness: float,
@@ -192,9 +194,9 @@ class CollectorRunner:
         if self._worker is not None and self._worker.is_alive():
             # The previous attempt is still stuck: do not pile another one on the same source.
             stuck_for = time.monotonic() - self._worker_started
-            reading = Reading("timeout", [], self._clock(), stuck_for, f"still running after {stuck_for:.1f}s")
-            self._record(reading)
-            return reading
+            stuck = Reading("timeout", [], self._clock(), stuck_for, f"still running after {stuck_for:.1f}s")
+            self._record(stuck)
+            return stuck
         attempt = _Attempt()
         self._worker_started = time.monotonic()
         self._worker = threading.Thread(target=self._attempt, args=(attempt,), name=f"collect-{self.name}", daemon=True)
@@ -313,17 +315,18 @@ class CollectorRunner:
 class LiveCollector:
     """A collector over in-memory state, read at scrape time (it must be cheap).
 
-    A collector with a ``generation()`` method (a value that changes whenever
-    its series would) is collected and rendered again only when it changed.
+    A :class:`~fleetscope.collectors.Versioned` collector (its ``generation()``
+    changes whenever its series would) is collected and rendered again only
+    when it changed.
     """
 
     pausable = False
 
-    def __init__(self, name: str, collector: Any, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, name: str, collector: Collector, clock: Callable[[], float] = time.time) -> None:
         self.name = name
         self.collector = collector
         self._clock = clock
-        self._generation_of: Callable[[], object] | None = getattr(collector, "generation", None)
+        self._generation_of = collector.generation if isinstance(collector, Versioned) else None
         self._cached: tuple[object, Reading, _Rendered] | None = None
         self._renderer = Renderer()
         self.attempted = True
@@ -389,7 +392,7 @@ def _self_families(named: Sequence[tuple[str, Reading, float | None, bool]]) -> 
     return builder.families()
 
 
-class Engine:
+class Engine(PrometheusCollector):
     """All collectors of the daemon; also the ``prometheus_client`` collector for tools and tests."""
 
     def __init__(self, runners: Iterable[CollectorRunner | LiveCollector]) -> None:
@@ -406,10 +409,9 @@ class Engine:
         for runner in self.runners:
             runner.stop()
         for runner in self.runners:
-            close = getattr(runner.collector, "close", None)
-            if close is not None:
+            if isinstance(runner.collector, Closeable):
                 try:
-                    close()
+                    runner.collector.close()
                 except Exception as exc:  # closing is best effort at shutdown
                     logger.debug("closing collector %s: %s", runner.name, exc)
 

@@ -27,7 +27,7 @@ from fleetscope.exposition import accepts_gzip, negotiate
 def make_registry(engine: Engine) -> CollectorRegistry:
     """A registry over the engine, for tests and tools (``/metrics`` serves the engine's rendered bytes)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(engine)  # type: ignore[arg-type]
+    registry.register(engine)
     return registry
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
@@ -140,7 +141,7 @@ def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
     return findings
 
 
-class EfaCollector:
+class EfaCollector(Collector, HealthCheck):
     name = "efa"
     tables = (efa.TABLE,)
 

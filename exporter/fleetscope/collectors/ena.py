@@ -14,6 +14,7 @@ from typing import Callable
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
@@ -27,7 +28,7 @@ ENA_DRIVERS = frozenset({"ena"})
 EnaReader = Callable[[], EthtoolReading]
 
 
-class EnaCollector:
+class EnaCollector(Collector, HealthCheck):
     name = "ena"
     tables = (ena.TABLE,)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
@@ -49,7 +50,7 @@ class GpuSnapshot:
     labels_by_pci: Mapping[PciAddress, tuple[str, str]] = field(default_factory=dict)
 
 
-class GpuCollector:
+class GpuCollector(Collector, HealthCheck, Closeable):
     name = "gpu"
     tables = gpu.TABLES
 

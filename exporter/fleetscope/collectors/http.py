@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Collector
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.listeners import ListenerLimits, ListenerStats
 from fleetscope.metrics import http
 
 
-class HttpCollector:
+class HttpCollector(Collector):
     name = "http"
     tables = (http.TABLE,)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
@@ -90,7 +91,7 @@ class _Attribution:
     looked_up: float
 
 
-class NcclCollector:
+class NcclCollector(Collector, HealthCheck, Closeable):
     name = "nccl"
     tables = (nccl.TABLE,)
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
@@ -53,7 +54,7 @@ def netdev_findings(interfaces: Iterable[NetInterface]) -> list[Finding]:
     ]
 
 
-class NetdevCollector:
+class NetdevCollector(Collector, HealthCheck):
     name = "netdev"
     tables = (netdev.TABLE,)
 

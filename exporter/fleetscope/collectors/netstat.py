@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import Collector
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.sources.fs import Root
@@ -19,7 +20,7 @@ def netstat_families(reading: NetstatReading) -> list[Metric]:
     return builder.families()
 
 
-class NetstatCollector:
+class NetstatCollector(Collector):
     name = "netstat"
     tables = (netstat.TABLE,)
 

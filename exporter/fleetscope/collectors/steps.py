@@ -8,15 +8,19 @@ snapshot).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from prometheus_client.core import Metric
 
+from fleetscope.collectors import App, Collector, HasRouters
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training
 from fleetscope.push.gateway import GroupStore, GroupView, owned_names
 from fleetscope.push.store import DURATIONS, RankView, StepStore, StoreView
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 
 def _label(value: int | None) -> str:
@@ -84,7 +88,7 @@ def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
     return out
 
 
-class StepsCollector:
+class StepsCollector(Collector, HasRouters):
     name = "steps"
     tables = (training.TABLE, push.TABLE)
 
@@ -93,7 +97,7 @@ class StepsCollector:
         self.store = StepStore(config.push, clock)
         self.groups = GroupStore(config.push, clock)
 
-    def routers(self) -> list[tuple[str, Any]]:
+    def routers(self) -> list[tuple[App, APIRouter]]:
         from fleetscope.push.api import build_router  # lazy: FastAPI is only needed when serving
 
         return [("push", build_router(self.store, self.groups, self.config.push))]
