@@ -207,7 +207,7 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
 
     trees = [SimTree(shape, os.path.join(settings.workdir, f"node-{i}"), index=i) for i, shape in enumerate(VARIANTS)]
     cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS))
-    ticker = TreeTicker(trees + [cycle_tree], max_seconds=settings.sustained_seconds + 600)
+    ticker = TreeTicker([*trees, cycle_tree], max_seconds=settings.sustained_seconds + 600)
     daemons = [daemon_service(f"daemon-{i}", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
                for i, tree in enumerate(trees)]
     cycle_daemon = daemon_service("daemon-cycles", cycle_tree.paths.root, free_port(), settings.workdir,
@@ -563,16 +563,16 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     import gzip
     import json as jsonlib
 
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    from benchmarks.nodeproc import node_flags
     from fleetscope.daemon import build_engine
     from fleetscope.engine import CollectorRunner, Engine
     from fleetscope.http import make_registry
     from fleetscope.push.models import parse_records
     from fleetscope.sim.gpufeed import GpuFeed
     from fleetscope.sim.nodeproc import build_node_collectors, node_config
-    from prometheus_client import generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-
-    from benchmarks.nodeproc import node_flags
 
     log("  profiling /metrics rendering and each collector in-process")
     tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-profile"), index=40)

@@ -41,10 +41,11 @@ class NcclResults:
 
 
 def _series(dump: str, procfs: str, name: str) -> NodeSeries:
-    from fleetscope.collectors.nccl import NcclCollector
-    from fleetscope.config import load
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
+
+    from fleetscope.collectors.nccl import NcclCollector
+    from fleetscope.config import load
 
     collector = NcclCollector(load({"nccl.dir": dump, "path.procfs": procfs, "nccl.ttl": "100000h"}, environ={}))
     registry = CollectorRegistry(auto_describe=False)
@@ -123,9 +124,11 @@ def render(results: NcclResults) -> list[str]:
         "| 8-rank node | communicators per rank | keys per rank | info | per-key series | node-level | series |",
         "|---|---|---|---|---|---|---|",
     ]
-    for node in results.nodes:
-        lines.append(f"| {node.name} | {node.comms_per_rank} | {node.keys_per_rank} | {node.info} | {node.per_key} "
-                     f"| {node.node_level} | **{node.series}** |")
+    lines += [
+        f"| {node.name} | {node.comms_per_rank} | {node.keys_per_rank} | {node.info} | {node.per_key} "
+        f"| {node.node_level} | **{node.series}** |"
+        for node in results.nodes
+    ]
     per_record = results.cpu_seconds / max(results.records, 1)
     lines += [
         "",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import Any
+
+from fleetscope.config import LogConfig
+from fleetscope.logs import setup_logging
 
 
 def node_flags(collectors: list[str], interval: str) -> dict[str, Any]:
@@ -45,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collectors", default="efa,netdev,netstat,ena,gpu,steps")
     parser.add_argument("--interval", default="default", help="'default' or seconds for every background collector")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(LogConfig(level="warning"))
 
     from fleetscope.daemon import build_daemon
     from fleetscope.sim.nodeproc import build_node_collectors, node_config

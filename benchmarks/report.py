@@ -111,11 +111,12 @@ def push_request_cpu(node: NodeResults) -> float:
     return (big.cpu_share - base.cpu_share) / (big.shape.ranks - base.shape.ranks)
 
 
-def cpu_budget(settings: Settings, node: NodeResults, profiles: list[ProfileResult]) -> list[tuple[str, str, str, float]]:
+def cpu_budget(
+    settings: Settings, node: NodeResults, profiles: list[ProfileResult]
+) -> list[tuple[str, str, str, float]]:
     """(part, cost, frequency, share of one core) for the p5 daemon at production settings."""
-    from fleetscope.collectors import REGISTRY
-
     from benchmarks.measure import IDLE_LABEL
+    from fleetscope.collectors import REGISTRY
 
     rows: list[tuple[str, str, str, float]] = []
     collections = 0.0

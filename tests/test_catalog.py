@@ -4,7 +4,6 @@ import os
 
 from fleetscope.catalog import render_catalog
 from fleetscope.metrics import ALL_TABLES
-
 from tests.conftest import ROOT
 
 CATALOG = os.path.join(ROOT, "docs", "metrics.md")

@@ -9,13 +9,13 @@ import threading
 import time
 
 import pytest
+
 from fleetscope.check import CLOSE_GRACE, run_check
 from fleetscope.cli import main
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
 from fleetscope.health import EXIT_UNKNOWN, Finding
 from fleetscope.nvml_fake import install, load_scenario, uninstall, write_sysfs
-
 from tests.conftest import ROOT
 
 

@@ -5,11 +5,12 @@ import threading
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+
 from fleetscope.engine import MAX_FORMATS, CollectorRunner, Engine, LiveCollector
 from fleetscope.errors import NoHardware
 from fleetscope.exposition import Renderer, negotiate
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
 
 PROMETHEUS_2 = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
@@ -75,7 +76,8 @@ def test_successful_collection_is_served_with_self_metrics():
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 1
     assert registry.get_sample_value("fleetscope_collector_success", {"collector": "counting"}) == 1
     assert registry.get_sample_value("fleetscope_collector_hardware_present", {"collector": "counting"}) == 1
-    assert registry.get_sample_value("fleetscope_collector_last_success_timestamp_seconds", {"collector": "counting"}) > 0
+    last_success = "fleetscope_collector_last_success_timestamp_seconds"
+    assert registry.get_sample_value(last_success, {"collector": "counting"}) > 0
     assert engine.ready()
 
 
@@ -83,7 +85,7 @@ def test_hung_source_never_delays_the_scrape_and_reports_failure():
     hanging = Hanging()
     runner = CollectorRunner("hanging", hanging, interval=60, timeout=0.2, staleness=60)
     healthy = CollectorRunner("counting", Counting(), interval=60, timeout=1, staleness=60)
-    engine, registry = registry_for(runner, healthy)
+    _, registry = registry_for(runner, healthy)
     healthy.run_once()
     reading = runner.run_once()
     assert reading.status == "timeout"
@@ -113,7 +115,8 @@ def test_stale_series_disappear():
     now[0] += 31
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) is None
     # The self-metrics stay, so the staleness is visible to rules.
-    assert registry.get_sample_value("fleetscope_collector_last_success_timestamp_seconds", {"collector": "counting"}) == pytest.approx(1000.0)
+    last_success = "fleetscope_collector_last_success_timestamp_seconds"
+    assert registry.get_sample_value(last_success, {"collector": "counting"}) == pytest.approx(1000.0)
 
 
 def test_no_hardware_is_not_failure():
@@ -132,13 +135,14 @@ def test_failure_keeps_other_collectors_and_drops_own_series_after_staleness():
     good.run_once()
     assert registry.get_sample_value("fleetscope_collector_success", {"collector": "broken"}) == 0
     assert registry.get_sample_value("fleetscope_collector_success", {"collector": "counting"}) == 1
-    assert registry.get_sample_value("fleetscope_collector_last_success_timestamp_seconds", {"collector": "broken"}) is None
+    last_success = "fleetscope_collector_last_success_timestamp_seconds"
+    assert registry.get_sample_value(last_success, {"collector": "broken"}) is None
 
 
 def test_background_loop_collects_repeatedly_and_stops():
     counting = Counting()
     runner = CollectorRunner("counting", counting, interval=0.05, timeout=1, staleness=60)
-    engine, registry = registry_for(runner)
+    engine, _ = registry_for(runner)
     engine.start()
     try:
         assert engine.wait_ready(2)

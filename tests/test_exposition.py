@@ -8,10 +8,11 @@ import random
 import zlib
 
 import pytest
-from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, accepts_gzip, assemble, negotiate, render
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, accepts_gzip, assemble, negotiate, render
 
 # What Prometheus sends (scrape/scrape.go): 2.x before scrape_protocols (2.42, Debian's), and 3.x defaults.
 PROMETHEUS_2 = (
@@ -33,7 +34,8 @@ OPENMETRICS_1 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
         (PROMETHEUS_2, OPENMETRICS_1 + "; escaping=underscores"),
         (PROMETHEUS_3, OPENMETRICS_1 + "; escaping=allow-utf-8"),
         ("application/openmetrics-text", OPENMETRICS_1),
-        ("text/plain;version=1.0.0;escaping=allow-utf-8", "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"),
+        ("text/plain;version=1.0.0;escaping=allow-utf-8",
+         "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"),
         ("text/plain;version=0.0.4", TEXT_0_0_4),
         ("text/plain", TEXT_0_0_4),
         ("*/*", TEXT_0_0_4),
@@ -42,7 +44,8 @@ OPENMETRICS_1 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
         ("application/json", TEXT_0_0_4),
         # weights decide, not the order written
         ("application/openmetrics-text;version=1.0.0;q=0.2,text/plain;version=0.0.4;q=0.9", TEXT_0_0_4),
-        ("text/plain;version=0.0.4;q=0.5, application/openmetrics-text;version=1.0.0", OPENMETRICS_1 + "; escaping=underscores"),
+        ("text/plain;version=0.0.4;q=0.5, application/openmetrics-text;version=1.0.0",
+         OPENMETRICS_1 + "; escaping=underscores"),
         # q=0 refuses a range; an unreadable weight never makes one preferred
         ("application/openmetrics-text;version=1.0.0;q=0,text/plain;version=0.0.4;q=0.1", TEXT_0_0_4),
         ("application/openmetrics-text;version=1.0.0;q=high,text/plain;version=0.0.4;q=0.1", TEXT_0_0_4),

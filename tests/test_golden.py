@@ -136,7 +136,8 @@ def _serve_command() -> list[str]:
 @pytest.mark.e2e
 def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
     port = free_port()
-    command = _serve_command() + [
+    command = [
+        *_serve_command(),
         "serve",
         "--path.sysfs",
         os.path.join(P5, "sys"),

@@ -10,10 +10,11 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.core import GaugeMetricFamily
+
 from fleetscope.collectors import CollectorEntry
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
-from prometheus_client.core import GaugeMetricFamily
 
 from .conftest import free_port
 

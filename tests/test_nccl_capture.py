@@ -19,7 +19,7 @@ def capture(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False)
 
 
-@pytest.fixture()
+@pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A copy of the script in a scratch repository layout (it writes under its own repository)."""
     (tmp_path / "scripts").mkdir()

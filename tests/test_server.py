@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+
 from fleetscope.collectors.http import HttpCollector
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load

@@ -42,7 +42,7 @@ class _HealthCall:
             self.findings = list(self._collector.health())
         except NoHardware:
             self.findings = []
-        except Exception as exc:  # noqa: BLE001 - any failure of a source is "could not tell", never "unhealthy"
+        except Exception as exc:
             self.error = exc
 
     def wait(self, deadline: float) -> bool:
@@ -67,7 +67,7 @@ def _close(collectors: list[Collector], wait: float) -> None:
                 continue
             try:
                 collector.close()
-            except Exception as exc:  # noqa: BLE001 - closing is best effort; the process is about to exit
+            except Exception as exc:
                 logger.debug("closing %s: %s", type(collector).__name__, exc)
 
     closer = threading.Thread(target=run, name="check-close", daemon=True)
@@ -75,7 +75,9 @@ def _close(collectors: list[Collector], wait: float) -> None:
     closer.join(wait)
 
 
-def run_check(config: Config, timeout: float = 20.0, collectors: dict[str, Collector] | None = None) -> tuple[list[Finding], int]:
+def run_check(
+    config: Config, timeout: float = 20.0, collectors: dict[str, Collector] | None = None
+) -> tuple[list[Finding], int]:
     """Findings of every collector and the verdict, within ``timeout`` seconds (plus a short grace to close)."""
     deadline = time.monotonic() + timeout
     built = collectors if collectors is not None else build_collectors(config)

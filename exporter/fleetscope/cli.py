@@ -17,10 +17,12 @@ import importlib
 import logging
 import math
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fleetscope import __version__
 from fleetscope.config import Config, ConfigError, load, settings_table
+from fleetscope.logs import setup_logging
 
 # Subcommands beyond the core ones, as import strings of ``register(subparsers)``
 # functions, so their (heavier) modules load only when the CLI is built.
@@ -57,20 +59,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return load(flags, yaml_path=args.config)
 
 
-def setup_logging(level: str) -> None:
-    from fleetscope.logfilter import RepeatFilter
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(RepeatFilter())  # a flood of one failure must not fill the journal
-    logging.basicConfig(
-        level=getattr(logging, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[handler],
-    )
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    setup_logging(config.log.level)
+    setup_logging(config.log)
     from fleetscope.daemon import build_daemon
 
     daemon = build_daemon(config)
@@ -91,7 +82,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
-        setup_logging("warning" if config.log.level == "info" else config.log.level)
+        setup_logging(config.log, quiet=True)  # the verdict goes to stdout
         from fleetscope.check import run_check
 
         findings, code = run_check(config, timeout=args.timeout)
@@ -102,7 +93,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return code
     except ConfigError as exc:
         print(f"fleetscope check: could not tell: configuration error: {exc}", file=sys.stderr)
-    except Exception as exc:  # noqa: BLE001 - a crash of the checker must never read as "unhealthy"
+    except Exception as exc:
         print(f"fleetscope check: could not tell: {type(exc).__name__}: {exc}", file=sys.stderr)
     return EXIT_UNKNOWN
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Literal, cast
 
 from fleetscope.collectors import REGISTRY, CollectorEntry
 
@@ -160,7 +161,9 @@ class NetConfig:
 
 @dataclass(frozen=True)
 class EfaConfig:
-    expected_count: int = setting("efa.expected-count", 0, parse_count, "EFA devices this node should have (0: unknown).")
+    expected_count: int = setting(
+        "efa.expected-count", 0, parse_count, "EFA devices this node should have (0: unknown)."
+    )
 
 
 @dataclass(frozen=True)
@@ -205,15 +208,20 @@ class PushConfig:
     max_body_bytes: int = setting("push.max-body-bytes", 1 << 20, parse_count, "Largest accepted push body.")
     max_jobs: int = setting("push.max-jobs", 16, parse_count, "Most jobs tracked at once on this node.")
     max_ranks: int = setting("push.max-ranks", 128, parse_count, "Most ranks tracked at once on this node.")
-    rank_ttl: float = setting("push.rank-ttl", 3600.0, parse_seconds, "Drop a rank's series after this long without pushes.")
+    rank_ttl: float = setting(
+        "push.rank-ttl", 3600.0, parse_seconds, "Drop a rank's series after this long without pushes."
+    )
     median_window: int = setting("push.median-window", 32, parse_count, "Steps in each rank's rolling median.")
-    group_ttl: float = setting("push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long.")
+    group_ttl: float = setting(
+        "push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long."
+    )
     max_groups: int = setting("push.max-groups", 64, parse_count, "Most Pushgateway-style groups held at once.")
 
 
-@dataclass(frozen=True)
-class LogConfig:
-    level: str = setting("log.level", "info", lambda v: _choice(v, ("debug", "info", "warning", "error")), "Log level.")
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["logfmt", "json"]
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
+LOG_FORMATS: tuple[LogFormat, ...] = ("logfmt", "json")
 
 
 def _choice(value: Any, choices: tuple[str, ...]) -> str:
@@ -221,6 +229,22 @@ def _choice(value: Any, choices: tuple[str, ...]) -> str:
     if text not in choices:
         raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
     return text
+
+
+def parse_log_level(value: Any) -> LogLevel:
+    return cast(LogLevel, _choice(value, LOG_LEVELS))
+
+
+def parse_log_format(value: Any) -> LogFormat:
+    return cast(LogFormat, _choice(value, LOG_FORMATS))
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: LogLevel = setting("log.level", "info", parse_log_level, "Log level: debug, info, warning or error.")
+    format: LogFormat = setting(
+        "log.format", "logfmt", parse_log_format, "Log line format: logfmt (key=value) or json (one object per line)."
+    )
 
 
 @dataclass(frozen=True)
@@ -243,6 +267,13 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def default_collectors(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, CollectorSettings]:
+    return {
+        name: CollectorSettings(entry.default_enabled, entry.default_interval, entry.default_timeout)
+        for name, entry in registry.items()
+    }
+
+
 @dataclass(frozen=True)
 class Config:
     web: WebConfig = field(default_factory=WebConfig)
@@ -254,7 +285,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     push: PushConfig = field(default_factory=PushConfig)
     log: LogConfig = field(default_factory=LogConfig)
-    collectors: Mapping[str, CollectorSettings] = field(default_factory=lambda: default_collectors())
+    collectors: Mapping[str, CollectorSettings] = field(default_factory=default_collectors)
 
     def collector(self, name: str) -> CollectorSettings:
         return self.collectors[name]
@@ -267,13 +298,6 @@ class Config:
             return self.collection.staleness
         settings = self.collectors[name]
         return 3 * settings.interval + settings.timeout
-
-
-def default_collectors(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, CollectorSettings]:
-    return {
-        name: CollectorSettings(entry.default_enabled, entry.default_interval, entry.default_timeout)
-        for name, entry in registry.items()
-    }
 
 
 # -- the key table -------------------------------------------------------------------------------
@@ -342,7 +366,8 @@ def read_yaml(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"--config: {path} is not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+        byte = exc.object[exc.start]
+        raise ConfigError(f"--config: {path} is not UTF-8 (byte 0x{byte:02x} at offset {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from None
     if data is None:

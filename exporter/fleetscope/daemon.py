@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
@@ -35,7 +35,9 @@ def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = RE
     return built
 
 
-def build_engine(config: Config, collectors: Mapping[str, Collector], registry: Mapping[str, CollectorEntry] = REGISTRY) -> Engine:
+def build_engine(
+    config: Config, collectors: Mapping[str, Collector], registry: Mapping[str, CollectorEntry] = REGISTRY
+) -> Engine:
     runners: list[CollectorRunner | LiveCollector] = []
     for name, collector in collectors.items():
         settings = config.collector(name)
@@ -92,7 +94,11 @@ class Daemon:
             server.should_exit = True
 
 
-def build_daemon(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY, collectors: Mapping[str, Collector] | None = None) -> Daemon:
+def build_daemon(
+    config: Config,
+    registry: Mapping[str, CollectorEntry] = REGISTRY,
+    collectors: Mapping[str, Collector] | None = None,
+) -> Daemon:
     built = dict(collectors) if collectors is not None else build_collectors(config, registry)
     engine = build_engine(config, built, registry)
     main_routers: list[APIRouter] = []

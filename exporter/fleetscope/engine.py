@@ -420,10 +420,7 @@ class Engine(PrometheusCollector):
 
     def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        for runner in self.runners:
-            if not runner.wait_first(max(0.0, deadline - time.monotonic())):
-                return False
-        return True
+        return all(runner.wait_first(max(0.0, deadline - time.monotonic())) for runner in self.runners)
 
     def collect(self) -> Iterable[Metric]:
         """Self-metrics, then every collector's servable series (the registry path: tools and tests)."""

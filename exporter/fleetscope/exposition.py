@@ -83,7 +83,9 @@ def _format(encoder: Encoder, content_type: str) -> Format:
     if content_type.startswith(OPENMETRICS_TYPE) and content_type.endswith(f"escaping={openmetrics.UNDERSCORES}"):
         version = _VERSION.search(content_type)
         if version is not None:
-            plain = functools.partial(openmetrics.generate_latest, escaping=openmetrics.ALLOWUTF8, version=version.group(1))
+            plain = functools.partial(
+                openmetrics.generate_latest, escaping=openmetrics.ALLOWUTF8, version=version.group(1)
+            )
             return Format(content_type, encoder, plain)
     return Format(content_type, encoder)
 
@@ -207,7 +209,8 @@ class _Template:
         for metric in metrics:
             families.append(_family_key(metric))
             for name, labels, value, timestamp, exemplar, native in metric.samples:
-                if timestamp is not None or exemplar is not None or native is not None or name.endswith(_MOVED_SUFFIXES):
+                extras = timestamp is not None or exemplar is not None or native is not None
+                if extras or name.endswith(_MOVED_SUFFIXES):
                     return None
                 keys.append((name, labels))
                 values.append(value)

@@ -17,18 +17,23 @@ class FamilyBuilder:
     """Accumulates samples for many specs and yields one family per name."""
 
     def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
+        self._families: dict[str, Metric] = {}  # every family, in the order first added
+        self._values: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        self._infos: dict[str, InfoMetricFamily] = {}
 
-    def _family(self, spec: MetricSpec) -> Metric:
-        family = self._families.get(spec.name)
+    def _value_family(self, spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
+        family = self._values.get(spec.name)
         if family is None:
-            labels = list(spec.labels)
-            if spec.kind == "counter":
-                family = CounterMetricFamily(spec.name, spec.help, labels=labels)
-            elif spec.kind == "gauge":
-                family = GaugeMetricFamily(spec.name, spec.help, labels=labels)
-            else:
-                family = InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
+            kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+            family = self._values[spec.name] = kind(spec.name, spec.help, labels=list(spec.labels))
+            self._families[spec.name] = family
+        return family
+
+    def _info_family(self, spec: MetricSpec) -> InfoMetricFamily:
+        family = self._infos.get(spec.name)
+        if family is None:
+            name = spec.name.removesuffix("_info")
+            family = self._infos[spec.name] = InfoMetricFamily(name, spec.help, labels=list(spec.labels))
             self._families[spec.name] = family
         return family
 
@@ -41,7 +46,7 @@ class FamilyBuilder:
         label_values = [str(v) for v in labels]
         if len(label_values) != len(spec.labels):
             raise ValueError(f"{spec.name} takes labels {spec.labels}, got {label_values}")
-        self._family(spec).add_metric(label_values, float(value) * spec.scale)
+        self._value_family(spec).add_metric(label_values, float(value) * spec.scale)
 
     def add_info(self, spec: MetricSpec, labels: Iterable[str], info: Mapping[str, str]) -> None:
         """Add an ``_info`` sample; every declared info key is present (empty if unknown)."""
@@ -53,8 +58,7 @@ class FamilyBuilder:
         unknown = set(info) - set(spec.info_keys)
         if unknown:
             raise ValueError(f"{spec.name} has no info keys {sorted(unknown)}")
-        family = self._family(spec)
-        family.add_metric(label_values, {k: str(info.get(k, "") or "") for k in spec.info_keys})
+        self._info_family(spec).add_metric(label_values, {k: str(info.get(k, "") or "") for k in spec.info_keys})
 
     def families(self) -> list[Metric]:
         return [f for f in self._families.values() if f.samples]

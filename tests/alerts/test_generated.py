@@ -7,6 +7,7 @@ import re
 
 import pytest
 import yaml
+
 from fleetscope.rules.render import OUTPUTS, render, stale_outputs
 from fleetscope.rules.settings import E2E, PRODUCTION, Settings, seconds
 
@@ -84,15 +85,15 @@ def test_runbook_base_url_is_configurable() -> None:
     assert "https://runbooks.example/fleetscope#gpulost" in urls
 
 
-@pytest.mark.parametrize("change", [
-    {"slowdown_ratio": 1.02},  # would alert on diurnal swings
-    {"straggler_critical_score": 0.95},  # critical must be stricter than warning
-    {"hang_min_seconds": 3600.0},
-    {"input_for": "ten minutes"},
-    {"evaluation_interval": "5"},
+@pytest.mark.parametrize("change, reason", [
+    ({"slowdown_ratio": 1.02}, "slowdown_ratio"),  # would alert on diurnal swings
+    ({"straggler_critical_score": 0.95}, "straggler_critical_score"),  # critical must be stricter than warning
+    ({"hang_min_seconds": 3600.0}, "hang_min_seconds"),
+    ({"input_for": "ten minutes"}, "Prometheus duration"),
+    ({"evaluation_interval": "5"}, "Prometheus duration"),
 ])
-def test_settings_refuse_unusable_values(change: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_settings_refuse_unusable_values(change: dict[str, object], reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
         dataclasses.replace(PRODUCTION, **change)
 
 

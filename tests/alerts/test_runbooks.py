@@ -21,7 +21,7 @@ def runbook_sections() -> dict[str, str]:
     text = RUNBOOKS.read_text(encoding="utf-8")
     matches = list(SECTION.finditer(text))
     out = {}
-    for match, following in zip(matches, [*matches[1:], None]):
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following else len(text)
         out[github_anchor(match.group(1))] = text[match.end():end]
     return out

@@ -55,9 +55,9 @@ def test_node_shape_builds_p5_profiles_and_refuses_impossible_ones() -> None:
     assert profile.gpu_count == 1 and len(profile.gpu_bus_ids) == 1
     assert profile.efa_count == 4 and profile.efa_devices[0] == "rdmap79s0"
     assert profile.ena_interfaces == ("ens32", "ens64")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="too many: a p5 has"):
         NodeShape("too many", efa=33).profile()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="none: a p5 has"):
         NodeShape("none", gpus=0).profile()
 
 
@@ -115,13 +115,13 @@ class _Counter(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    do_POST = do_PUT = _answer
+    do_POST = do_PUT = _answer  # noqa: N815 - http.server dispatches on do_<METHOD>
 
     def log_message(self, *args: object) -> None:
         pass
 
 
-@pytest.fixture()
+@pytest.fixture
 def counting_server() -> Iterator[tuple[int, list[tuple[str, str, int]]]]:
     seen: list[tuple[str, str, int]] = []
     handler = type("Handler", (_Counter,), {"seen": seen})

@@ -70,7 +70,7 @@ def test_every_section_is_written(report: str) -> None:
 
 
 def test_versions_name_every_component(report: str) -> None:
-    line = next(l for l in report.splitlines() if l.startswith("* python "))
+    line = next(x for x in report.splitlines() if x.startswith("* python "))
     for component in ("fleetscope", "prometheus_client", "fastapi", "uvicorn", "node_exporter", "pushgateway"):
         match = re.search(rf"{component} (\S+)", line)
         assert match and match.group(1)[0].isdigit(), f"{component} version missing in {line!r}"
@@ -146,7 +146,7 @@ def test_render_options_and_profiles_are_reported(report: str) -> None:
 
 
 def test_largest_bodies_are_accepted_and_their_memory_reported(report: str) -> None:
-    line = next(l for l in report.splitlines() if l.startswith("Memory under the largest bodies"))
+    line = next(x for x in report.splitlines() if x.startswith("Memory under the largest bodies"))
     match = re.search(r"bodies of ([\d,]+) records .*: ([\d,]+) records accepted, (\d+) errors, peak RSS after it "
                       r"\*\*([\d.]+) MiB\*\*", line)
     assert match, line

@@ -14,6 +14,7 @@ import time
 
 import torch
 import torch.distributed as dist
+
 from fleetscope.client import StepTracker
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))

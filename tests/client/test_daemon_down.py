@@ -10,11 +10,11 @@ from __future__ import annotations
 import socket
 import time
 import tracemalloc
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-from fleetscope.client import StepTracker
 
+from fleetscope.client import StepTracker
 from tests.conftest import free_port
 
 CALLS = 100_000
@@ -48,9 +48,8 @@ def test_loop_is_not_held_up_and_memory_is_bounded(dead_url: str) -> None:
     try:
         started = time.perf_counter()
         for step in range(CALLS // 2):
-            with tracker.step(tokens=10):
-                with tracker.phase("compute"):
-                    pass
+            with tracker.step(tokens=10), tracker.phase("compute"):
+                pass
             if step == 10_000:
                 after_warmup, _ = tracemalloc.get_traced_memory()
         for _ in range(CALLS // 2):

@@ -12,7 +12,6 @@ pytest.importorskip("accelerate")
 
 from fleetscope.client import StepTracker  # noqa: E402
 from fleetscope.client.hf import FleetscopeCallback  # noqa: E402
-
 from tests.push.live import running_daemon  # noqa: E402
 
 
@@ -21,7 +20,7 @@ class TinyRegression(torch.nn.Module):
         super().__init__()
         self.linear = torch.nn.Linear(4, 1)
 
-    def forward(self, x: "torch.Tensor", labels: "torch.Tensor") -> dict[str, "torch.Tensor"]:
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         loss = torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), labels)
         return {"loss": loss}
 
@@ -35,7 +34,7 @@ class Points(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, index: int) -> dict[str, "torch.Tensor"]:
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {"x": self.x[index], "labels": self.y[index]}
 
 

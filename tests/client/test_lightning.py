@@ -13,7 +13,6 @@ except ImportError:
     pl = pytest.importorskip("pytorch_lightning")
 
 from fleetscope.client.lightning import FleetscopeCallback  # noqa: E402
-
 from tests.push.live import running_daemon  # noqa: E402
 
 
@@ -22,11 +21,11 @@ class TinyModule(pl.LightningModule):
         super().__init__()
         self.linear = torch.nn.Linear(4, 1)
 
-    def training_step(self, batch: tuple["torch.Tensor", "torch.Tensor"], batch_idx: int) -> "torch.Tensor":
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
 
-    def configure_optimizers(self) -> "torch.optim.Optimizer":
+    def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 import time
 
 from fleetscope.client.sender import RecordBuffer, Sender
-
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 
@@ -105,7 +104,7 @@ def test_pushes_share_one_kept_alive_connection_and_survive_an_idle_close() -> N
             super().setup()
             connections.append(1)
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             import json
 
             body = self.rfile.read(int(self.headers["Content-Length"]))

@@ -3,9 +3,9 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from fleetscope.client import StepTracker
 from fleetscope.push.store import RankView
-
 from tests.push.live import LiveDaemon, running_daemon
 
 
@@ -66,9 +66,8 @@ def test_phase_before_the_step_counts_toward_it() -> None:
 def test_failed_step_is_not_reported_and_its_exception_propagates() -> None:
     with running_daemon() as daemon:
         tracker = StepTracker(job="oom", rank=0, url=daemon.url, environ={})
-        with pytest.raises(RuntimeError):
-            with tracker.step():
-                raise RuntimeError("CUDA out of memory")
+        with pytest.raises(RuntimeError), tracker.step():
+            raise RuntimeError("CUDA out of memory")
         with tracker.step(step=10):
             pass
         tracker.report(0.25)
@@ -128,8 +127,7 @@ def test_cuda_events_fall_back_to_host_clock_without_a_gpu() -> None:
         pytest.skip("this test covers the no-GPU fallback")
     with running_daemon() as daemon:
         tracker = StepTracker(job="cpu", rank=0, url=daemon.url, environ={}, cuda_events=True)
-        with tracker.step():
-            with tracker.phase("compute"):
-                time.sleep(0.002)
+        with tracker.step(), tracker.phase("compute"):
+            time.sleep(0.002)
         tracker.close()
         assert rank_view(daemon, "cpu").seconds["compute"] >= 0.002

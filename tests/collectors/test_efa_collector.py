@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.check import run_check
 from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings, in_own_scope
 from fleetscope.config import Config, load
@@ -12,7 +13,6 @@ from fleetscope.metrics import efa
 from fleetscope.sim.kernel_tree import SysfsTree
 from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading, read_efa
 from fleetscope.sources.fs import Root
-
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk

@@ -174,5 +174,5 @@ def test_exposition_parses_and_passes_promtool() -> None:
     parsed = {f.name: f for f in text_string_to_metric_families(text.decode())}
     assert parsed["fleetscope_ena_conntrack_allowance_available"].samples[0].value == 615471
     promtool = require_binary("promtool")
-    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr

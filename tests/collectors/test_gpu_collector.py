@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetscope.check import run_check
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import Config, load
@@ -19,8 +21,6 @@ from fleetscope.daemon import Daemon, build_daemon
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY
 from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.conftest import FIXTURES, ROOT, require_binary
 
 VARIANTS = os.path.join(FIXTURES, "kmsg", "variants.kmsg")
@@ -43,7 +43,8 @@ class Node:
         for pid, env in (environ or {}).items():
             os.makedirs(os.path.join(proc, str(pid)))
             with open(os.path.join(proc, str(pid), "cgroup"), "w") as handle:
-                handle.write(f"0::/system.slice/slurmstepd.scope/job_{env.get('SLURM_JOB_ID', '1')}/step_0/user/task_0\n")
+                job = env.get("SLURM_JOB_ID", "1")
+                handle.write(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n")
             with open(os.path.join(proc, str(pid), "environ"), "w") as handle:
                 handle.write("".join(f"{k}={v}\0" for k, v in env.items()))
         self.kmsg = os.path.join(root, "kmsg")
@@ -129,7 +130,8 @@ def expand(text: str) -> list[str]:
         return [text]
     if match.end() == len(text) or not re.match(r"[a-z_]", text[match.end()]):
         return expand(text[:match.start()])  # a trailing {labels}
-    return [x for option in match.group(1).split(",") for x in expand(text[:match.start()] + option + text[match.end():])]
+    head, tail = text[:match.start()], text[match.end():]
+    return [x for option in match.group(1).split(",") for x in expand(head + option + tail)]
 
 
 def contract_names() -> set[str]:
@@ -177,7 +179,8 @@ def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
     assert value(metrics, "fleetscope_gpu_throttle_active", reason="hw_thermal", **g5) == 0
     assert value(metrics, "fleetscope_gpu_throttle_seconds_total", reason="sw_power_cap", **g5) == pytest.approx(12.5)
     assert value(metrics, "fleetscope_gpu_throttle_seconds_total", reason="sw_thermal", **g5) == pytest.approx(1.5)
-    assert value(metrics, "fleetscope_gpu_ecc_errors_total", error_type="corrected", counter_type="aggregate", **g5) == 41
+    ecc = value(metrics, "fleetscope_gpu_ecc_errors_total", error_type="corrected", counter_type="aggregate", **g5)
+    assert ecc == 41
     assert value(metrics, "fleetscope_gpu_remapped_rows", cause="correctable", **g5) == 2
     assert value(metrics, "fleetscope_gpu_pcie_replays_total", **g5) == 7
     assert value(metrics, "fleetscope_gpu_pcie_link_generation", **g5) == 5
@@ -266,7 +269,9 @@ def test_older_driver_still_reports(node) -> None:
     collector.close()
     temps = [s.value for s in families["fleetscope_gpu_temperature_celsius"].samples]
     assert temps == [52] * 8
-    throttle = {(s.labels["gpu"], s.labels["reason"]): s.value for s in families["fleetscope_gpu_throttle_active"].samples}
+    throttle = {
+        (s.labels["gpu"], s.labels["reason"]): s.value for s in families["fleetscope_gpu_throttle_active"].samples
+    }
     assert throttle[("0", "sw_power_cap")] == 1 and len(throttle) == 8 * 9
     assert len(families["fleetscope_gpu_processes"].samples) == 8
     assert "fleetscope_gpu_memory_reserved_bytes" not in families  # v1 memory info has no reserved

@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetscope.collectors import REGISTRY
 from fleetscope.collectors.nccl import NcclCollector, size_bucket
 from fleetscope.config import load
 from fleetscope.errors import NoHardware
 from fleetscope.metrics import nccl
 from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_line
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES, ROOT
 
@@ -45,7 +45,7 @@ def exposition(c: NcclCollector) -> str:
 
 def test_registered_and_absent_directory_is_no_hardware(tmp_path: Path) -> None:
     assert REGISTRY["nccl"].load() is NcclCollector
-    with pytest.raises(NoHardware, match="nccl.dir"):
+    with pytest.raises(NoHardware, match=r"nccl\.dir"):
         collector(str(tmp_path / "missing"), str(tmp_path)).collect()
 
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.collectors.netdev import NetdevCollector, netdev_families, netdev_findings
 from fleetscope.config import load
 from fleetscope.errors import NoHardware
 from fleetscope.metrics import netdev
 from fleetscope.sources.netdev import STATISTICS, NetInterface
-
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk

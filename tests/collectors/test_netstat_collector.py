@@ -3,12 +3,12 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.collectors.netstat import NetstatCollector, netstat_families
 from fleetscope.config import load
 from fleetscope.errors import SourceError
 from fleetscope.metrics import netstat
 from fleetscope.sources.netstat import NetstatReading
-
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk

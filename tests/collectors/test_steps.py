@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import math
 
-from fleetscope.collectors.steps import StepsCollector
-from fleetscope.config import load
-from fleetscope.push.gateway import parse_exposition
-from fleetscope.push.models import StepRecord
-from fleetscope.metrics import MetricSpec
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from fleetscope.collectors.steps import StepsCollector
+from fleetscope.config import load
+from fleetscope.metrics import MetricSpec
+from fleetscope.push.gateway import parse_exposition
+from fleetscope.push.models import StepRecord
 
 
 class Clock:

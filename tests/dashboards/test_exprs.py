@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fleetscope.dashboards import exprs, substitute
 
+from fleetscope.dashboards import exprs, substitute
 from tests.conftest import require_binary
 
 MATCHERS = substitute('cluster=~"$cluster", training_job=~"$training_job"')

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import yaml
+
 from fleetscope import dashboards
 
 PROVISIONING = dashboards.default_directory() / "provisioning"
@@ -18,7 +19,7 @@ def test_one_configmap_per_dashboard_with_the_sidecar_label() -> None:
     assert len(maps) == len(dashboards.DASHBOARD_MODULES)
     names = [m["metadata"]["name"] for m in maps]
     assert len(set(names)) == len(names)
-    for cm, uid in zip(maps, dashboards.DASHBOARD_MODULES):
+    for cm, uid in zip(maps, dashboards.DASHBOARD_MODULES, strict=True):
         assert cm["apiVersion"] == "v1" and cm["kind"] == "ConfigMap"
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert DNS_1123.fullmatch(cm["metadata"]["name"]) and len(cm["metadata"]["name"]) <= 253

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from fleetscope import dashboards
 from fleetscope.dashboards import QUERY_DEFAULTS, PanelQuery, queries, substitute
-
 from tests.conftest import ROOT, require_binary
 from tests.dashboards import require_module
 
@@ -61,11 +61,13 @@ def _expand(token: str) -> set[str]:
         return {token}
     if match.end() == len(token):  # trailing label list
         return {token[: match.start()]}
-    return set().union(*(_expand(token[: match.start()] + alt + token[match.end():]) for alt in match.group(1).split(",")))
+    head, tail = token[: match.start()], token[match.end():]
+    return set().union(*(_expand(head + alt + tail) for alt in match.group(1).split(",")))
 
 
 def test_expand_design_notation() -> None:
-    assert _expand("fleetscope_efa_{tx,rx}_bytes_total") == {"fleetscope_efa_tx_bytes_total", "fleetscope_efa_rx_bytes_total"}
+    assert _expand("fleetscope_efa_{tx,rx}_bytes_total") == {
+        "fleetscope_efa_tx_bytes_total", "fleetscope_efa_rx_bytes_total"}
     assert _expand("fleetscope_gpu_clock_hertz{gpu,uuid,clock}") == {"fleetscope_gpu_clock_hertz"}
     assert _expand("fleetscope_net_{receive,transmit}_{bytes,packets}_total") == {
         "fleetscope_net_receive_bytes_total", "fleetscope_net_receive_packets_total",
@@ -192,6 +194,8 @@ def test_prometheus_parser_accepts_every_query(tmp_path: Path) -> None:
     rules = [{"record": f"dashboard:query_{i}:check", "expr": expr} for i, expr in enumerate(exprs)]
     path = tmp_path / "queries.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard-queries", "rules": rules}]}))
-    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rules)} rules found" in result.stdout

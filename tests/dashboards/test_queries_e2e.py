@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.dashboards import PanelQuery, queries
 
 # Read at import: the suite's autouse fixture clears FLEETSCOPE_* variables before each test runs.

@@ -16,8 +16,8 @@ import warnings
 from typing import Any
 
 import pytest
-from fleetscope import dashboards
 
+from fleetscope import dashboards
 from tests.dashboards import require_module
 
 COMMITTED = dashboards.load()
@@ -102,7 +102,8 @@ def test_grid_positions_fit_and_do_not_overlap(uid: str) -> None:
         grid = panel["gridPos"]
         assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] >= 0 and grid["y"] >= 0, panel["title"]
         assert grid["x"] + grid["w"] <= GRID_COLUMNS, f"{panel['title']} overflows the grid"
-        cells = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        columns, rows = range(grid["x"], grid["x"] + grid["w"]), range(grid["y"], grid["y"] + grid["h"])
+        cells = {(x, y) for x in columns for y in rows}
         assert not cells & taken, f"{panel['title']} overlaps another panel"
         taken |= cells
 

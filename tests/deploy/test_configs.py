@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-from fleetscope.cli import build_parser
 
+from fleetscope.cli import build_parser
 from tests.conftest import require_binary
 from tests.deploy.manifests import REPO
 
@@ -148,7 +148,9 @@ def test_compose_prometheus_config_and_rules_pass_promtool(compose: dict[str, An
     root = materialise(prometheus, tmp_path)
     config_arg = next(a for a in prometheus["command"] if a.startswith("--config.file="))
     config = root / config_arg.partition("=")[2].lstrip("/")
-    result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     # The glob in rule_files matched the mounted rules (promtool names each rule file it checks).
     assert "fleetscope.rules.yml" in result.stdout + result.stderr
@@ -197,7 +199,9 @@ def test_example_prometheus_configs_pass_promtool(path: Path, tmp_path: Path) ->
         shutil.copy(REPO / "alerts" / "fleetscope.rules.yml", target)
     checked = tmp_path / path.name
     checked.write_text(yaml.safe_dump(config))
-    result = subprocess.run([promtool, "check", "config", str(checked)], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [promtool, "check", "config", str(checked)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -12,9 +12,9 @@ import jsonschema
 import kubernetes_validate.utils
 import pytest
 import yaml
+
 from fleetscope.cli import build_parser, config_from_args
 from fleetscope.config import load
-
 from tests.deploy.manifests import (
     KUSTOMIZE_DIR,
     OVERLAYS,
@@ -198,9 +198,14 @@ def rule_and_dashboard_expectations(repo: Path) -> tuple[dict[str, Any], dict[st
 
 def assert_carries_exactly(objects: list[dict[str, Any]], rules: dict[str, Any], dashboards: dict[str, str]) -> None:
     rendered_rules = [r["spec"] for r in by_kind(objects, "PrometheusRule")]
-    canonical = lambda value: json.dumps(value, sort_keys=True)
+
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True)
+
     assert sorted(map(canonical, rendered_rules)) == sorted(map(canonical, rules.values()))
-    dashboard_maps = [c for c in by_kind(objects, "ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard")]
+    dashboard_maps = [
+        c for c in by_kind(objects, "ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard")
+    ]
     assert all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboard_maps)
     carried: dict[str, str] = {}
     for configmap in dashboard_maps:
@@ -278,9 +283,12 @@ def test_generator_wraps_rules_and_dashboards_exactly(tmp_path: Path) -> None:
         assert_carries_exactly(objects, rules, dashboards)
         for obj in objects:
             validate(obj)
-    names = sorted(c["metadata"]["name"] for c in by_kind(objects, "ConfigMap") if "grafana_dashboard" in c["metadata"]["labels"])
+    names = sorted(
+        c["metadata"]["name"] for c in by_kind(objects, "ConfigMap") if "grafana_dashboard" in c["metadata"]["labels"]
+    )
     assert names == ["fleetscope-gpu-health-dashboard", "fleetscope-training-dashboard"]
-    assert sorted(r["metadata"]["name"] for r in by_kind(objects, "PrometheusRule")) == ["fleetscope", "fleetscope-extra"]
+    rule_names = sorted(r["metadata"]["name"] for r in by_kind(objects, "PrometheusRule"))
+    assert rule_names == ["fleetscope", "fleetscope-extra"]
     # A changed dashboard makes --check fail until the generator runs again.
     (repo / "dashboards" / "training.json").write_text('{"title": "Training v2"}')
     assert generator.main(["--repo", str(repo), "--out", str(tree), "--check"]) == 1

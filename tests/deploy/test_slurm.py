@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from fleetscope.collectors import REGISTRY
 from fleetscope.config import load
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import prolog_jobs
-
 from tests.deploy.manifests import REPO
 
 SLURM = REPO / "deploy" / "slurm"
@@ -77,7 +77,9 @@ def node(tmp_path: Path) -> FakeNode:
     return FakeNode(tmp_path)
 
 
-UNHEALTHY = "UNHEALTHY gpu: gpu 3: fell off the bus\nWARNING efa: rdmap79s0: retransmits\nUNHEALTHY efa: node: 3 of 4 devices"
+UNHEALTHY = (
+    "UNHEALTHY gpu: gpu 3: fell off the bus\nWARNING efa: rdmap79s0: retransmits\nUNHEALTHY efa: node: 3 of 4 devices"
+)
 
 
 def test_unhealthy_node_is_drained_with_a_fleetscope_reason(node: FakeNode) -> None:
@@ -91,7 +93,9 @@ def test_unhealthy_node_is_drained_with_a_fleetscope_reason(node: FakeNode) -> N
 
 def test_long_reasons_are_cut(node: FakeNode) -> None:
     node.set_node("IDLE")
-    node.set_check(1, "\n".join(f"UNHEALTHY gpu: gpu {i}: uncorrectable ECC errors pending row remap" for i in range(8)))
+    node.set_check(
+        1, "\n".join(f"UNHEALTHY gpu: gpu {i}: uncorrectable ECC errors pending row remap" for i in range(8))
+    )
     (call,) = node.run_healthcheck()
     reason = call.split("Reason=", 1)[1]
     assert reason.startswith("fleetscope: gpu: gpu 0:") and len(reason) == 200
@@ -149,7 +153,9 @@ def test_unreachable_controller_changes_nothing(node: FakeNode) -> None:
 
 def run_script(name: str, jobs_dir: Path, **env: str) -> None:
     environment = {"PATH": os.environ["PATH"], "FLEETSCOPE_JOBS_DIR": str(jobs_dir), **env}
-    result = subprocess.run(["bash", str(SLURM / name)], env=environment, capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run(
+        ["bash", str(SLURM / name)], env=environment, capture_output=True, text=True, timeout=30, check=False
+    )
     assert result.returncode == 0, result.stderr
 
 

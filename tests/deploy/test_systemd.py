@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from fleetscope.config import Config, load
 from fleetscope.listeners import ListenerLimits, fit_to_open_files
-
 from tests.conftest import require_binary
 from tests.deploy.manifests import REPO
 
@@ -105,8 +105,10 @@ def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
         "VENV_ARGS": "--system-site-packages",
         "PIP_ARGS": "--no-deps",
     }
-    run = lambda: subprocess.run(["bash", str(SYSTEMD / "install.sh"), "--root", str(root), "--no-start"],
-                                 env=env, capture_output=True, text=True, timeout=300, check=False)
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(SYSTEMD / "install.sh"), "--root", str(root), "--no-start"],
+                              env=env, capture_output=True, text=True, timeout=300, check=False)
+
     result = run()
     assert result.returncode == 0, result.stderr
     binary = root / "opt" / "fleetscope" / "venv" / "bin" / "fleetscope"

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from fleetscope.sim.cluster import SimCluster, make_cluster
 from fleetscope.sim.detection import AlertWatcher
 from fleetscope.sim.prom import Prometheus, prometheus_config

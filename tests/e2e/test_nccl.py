@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from fleetscope.sim.detection import AlertWatcher
 from fleetscope.sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
 from fleetscope.sim.prom import Prometheus

@@ -6,14 +6,16 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
-from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass

@@ -3,6 +3,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+
 from fleetscope.config import PushConfig
 from fleetscope.push.gateway import (
     GroupError,

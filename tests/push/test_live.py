@@ -13,9 +13,6 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
-from fleetscope.collectors.steps import StepsCollector
-from fleetscope.config import load
-from fleetscope.daemon import build_daemon
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -25,6 +22,9 @@ from prometheus_client import (
     pushadd_to_gateway,
 )
 
+from fleetscope.collectors.steps import StepsCollector
+from fleetscope.config import load
+from fleetscope.daemon import build_daemon
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 

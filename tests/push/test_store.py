@@ -4,6 +4,7 @@ import statistics
 from dataclasses import FrozenInstanceError
 
 import pytest
+
 from fleetscope.config import PushConfig
 from fleetscope.push.models import StepRecord
 from fleetscope.push.store import LimitExceeded, StepStore

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import random
 import shutil
 
 import pytest
@@ -46,7 +45,7 @@ def test_parse_counter_accepts_unsigned_decimal(text: str, value: int) -> None:
 
 @pytest.mark.parametrize("text", ["N/A (no PMA)", "", "-5", "0x1f", "12 34", "1.5", "garbage"])
 def test_parse_counter_refuses_anything_else(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a counter value"):
         parse_counter(text)
 
 
@@ -59,7 +58,7 @@ def test_parse_state(text: str, state: str) -> None:
 
 @pytest.mark.parametrize("text", ["ACTIVE", "x: ACTIVE", "4:", ""])
 def test_parse_state_refuses_malformed(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a port state"):
         parse_state(text)
 
 
@@ -77,13 +76,13 @@ def test_parse_rate_gives_bytes_per_second(text: str, rate: float) -> None:
 
 @pytest.mark.parametrize("text", ["100", "fast", "100 Mb/sec"])
 def test_parse_rate_refuses_malformed(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a link rate"):
         parse_rate(text)
 
 
 def test_parse_hex_id() -> None:
     assert parse_hex_id("0x1d0f") == 0x1D0F
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a PCI id"):
         parse_hex_id("1d0f")
 
 

@@ -15,8 +15,8 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import pytest
 
@@ -435,26 +435,26 @@ def netns() -> Iterator[str]:
     if ip is None or os.geteuid() != 0:
         pytest.skip("needs root and iproute2 to create a network namespace")
     name = f"fsethtool-{uuid.uuid4().hex[:8]}"
-    made = subprocess.run([ip, "netns", "add", name], capture_output=True, text=True)
+    made = subprocess.run([ip, "netns", "add", name], capture_output=True, text=True, check=False)
     if made.returncode != 0:
         pytest.skip(f"network namespaces not permitted here: {made.stderr.strip()}")
     try:
         link = subprocess.run(
             [ip, "netns", "exec", name, ip, "link", "add", VETH_A, "numrxqueues", "4", "numtxqueues", "4",
              "type", "veth", "peer", "name", VETH_B, "numrxqueues", "4", "numtxqueues", "4"],
-            capture_output=True, text=True,
+            capture_output=True, text=True, check=False,
         )
         if link.returncode != 0:
             pytest.skip(f"cannot create a veth pair: {link.stderr.strip()}")
         yield name
     finally:
-        subprocess.run([ip, "netns", "del", name], capture_output=True)
+        subprocess.run([ip, "netns", "del", name], capture_output=True, check=False)
 
 
 def in_netns(ns: str, *argv: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=60,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {})}, check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

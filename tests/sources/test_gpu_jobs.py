@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import JobAttribution, attribute, parse_cgroup, parse_environ
 

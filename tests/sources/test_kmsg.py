@@ -4,11 +4,11 @@ import os
 from collections import Counter
 
 import pytest
+
 from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root
 from fleetscope.sources.kmsg import KmsgReader, boot_time, parse_xid_text
 from fleetscope.sources.xid import PciAddress
-
 from tests.conftest import FIXTURES
 
 VARIANTS = os.path.join(FIXTURES, "kmsg", "variants.kmsg")

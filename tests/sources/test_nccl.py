@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_line
 from fleetscope.sources.fs import Root
 from fleetscope.sources.nccl import (
@@ -21,7 +22,6 @@ from fleetscope.sources.nccl import (
     parse_record,
     writer_pid,
 )
-
 from tests.conftest import FIXTURES
 
 NCCL = os.path.join(FIXTURES, "nccl")

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from fleetscope.errors import SourceError
-from fleetscope.sources.fs import Root
 from fleetscope.metrics import netstat
+from fleetscope.sources.fs import Root
 from fleetscope.sources.netstat import parse_pairs, read_netstat
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from fleetscope.errors import NoHardware
 from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall
 from fleetscope.sources.nvml import NvmlSource
@@ -44,7 +45,8 @@ def test_h100_values_in_nvml_units(scenario) -> None:
     assert gpu.scalars["power"] == 612345 and gpu.scalars["energy"] == 987654321
     assert gpu.scalars["memory_reserved"] == 560988160 and gpu.scalars["memory_temperature"] == 61
     assert gpu.labelled["clock"][("sm",)] == 1980
-    assert gpu.labelled["throttle_active"][("sw_power_cap",)] == 1 and gpu.labelled["throttle_active"][("hw_slowdown",)] == 0
+    assert gpu.labelled["throttle_active"][("sw_power_cap",)] == 1
+    assert gpu.labelled["throttle_active"][("hw_slowdown",)] == 0
     assert gpu.labelled["throttle_seconds"][("sw_power_cap",)] == 12500000000
     assert gpu.labelled["ecc_errors"][("corrected", "aggregate")] == 41
     assert len(gpu.labelled["nvlink_up"]) == 18 and gpu.nvlink_links == 18

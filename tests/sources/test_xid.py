@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fleetscope.sources.xid import PciAddress, XidLedger, XidSighting, is_fatal, xid_action
 
 GPU_A = PciAddress(0, 0x53, 0)
@@ -8,7 +9,8 @@ GPU_B = PciAddress(0, 0x64, 0)
 
 
 @pytest.mark.parametrize("xid, action, fatal", [
-    (79, "RESTART_BM", True), (48, "WORKFLOW_XID_48", True), (119, "RESET_GPU", True), (74, "WORKFLOW_NVLINK_ERR", True),
+    (79, "RESTART_BM", True), (48, "WORKFLOW_XID_48", True), (119, "RESET_GPU", True),
+    (74, "WORKFLOW_NVLINK_ERR", True),
     (13, "RESTART_APP", False), (31, "RESTART_APP", False), (63, "IGNORE", False), (94, "RESTART_APP", False),
     (69, "RESTART_APP", False), (12345, "UNKNOWN", False),
 ])
@@ -23,7 +25,7 @@ def test_pci_forms_normalise_to_one_key(text: str) -> None:
 
 
 def test_pci_rejects_garbage() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a PCI address"):
         PciAddress.parse("not-an-address")
 
 

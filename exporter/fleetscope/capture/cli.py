@@ -11,10 +11,11 @@ from typing import Any
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from fleetscope.capture.archive import CaptureError, render, take_snapshot, write_archive, write_mapping
-    from fleetscope.cli import config_from_args, setup_logging
+    from fleetscope.cli import config_from_args
+    from fleetscope.logs import setup_logging
 
     config = config_from_args(args)
-    setup_logging("warning" if config.log.level == "info" else config.log.level)
+    setup_logging(config.log, quiet=True)
     snapshot = take_snapshot(config, nvml=args.nvml, nvml_timeout=args.nvml_timeout,
                              gpm_interval=args.gpm_interval, event_wait=args.event_wait)
     try:

@@ -25,7 +25,7 @@ except ImportError as exc:  # an optional hook: say which extra brings it
 from fleetscope.client.tracker import StepTracker
 
 
-class FleetscopeCallback(TrainerCallback):  # type: ignore[misc]
+class FleetscopeCallback(TrainerCallback):
     def __init__(self, tracker: StepTracker | None = None, **tracker_kwargs: Any) -> None:
         self.tracker = tracker
         self._tracker_kwargs = tracker_kwargs

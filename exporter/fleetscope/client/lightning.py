@@ -23,7 +23,7 @@ try:
     from lightning.pytorch import Callback
 except ImportError:  # the standalone package name
     try:
-        from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
+        from pytorch_lightning import Callback  # type: ignore[assignment]
     except ImportError as exc:  # an optional hook: say which extra brings it
         raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
@@ -38,7 +38,7 @@ def _batch_size(batch: Any) -> int | None:
     return int(shape[0]) if shape else None
 
 
-class FleetscopeCallback(Callback):  # type: ignore[misc]
+class FleetscopeCallback(Callback):
     def __init__(
         self, tracker: StepTracker | None = None, report_loss: bool = False, **tracker_kwargs: Any
     ) -> None:

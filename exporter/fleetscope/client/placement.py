@@ -10,8 +10,8 @@ job id wins for the job (it is the id the rest of the cluster knows).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 DEFAULT_URL = "http://127.0.0.1:9402"
 

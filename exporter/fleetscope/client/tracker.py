@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fleetscope.client.placement import detect, push_url, visible_gpu
 from fleetscope.client.sender import Sender, SenderStats
@@ -40,7 +41,7 @@ MAX_PENDING_GPU = 64  # steps awaiting CUDA events before we fall back to host t
 
 
 class _Phase:
-    __slots__ = ("_tracker", "_field", "_started", "_events")
+    __slots__ = ("_events", "_field", "_started", "_tracker")
 
     def __init__(self, tracker: StepTracker, field: str | None) -> None:
         self._tracker = tracker
@@ -78,7 +79,7 @@ class _Phase:
 class _Step:
     """The open step: its fields can be set inside the ``with`` block (``s.loss = ...``)."""
 
-    __slots__ = ("_tracker", "_started", "step", "tokens", "samples", "loss")
+    __slots__ = ("_started", "_tracker", "loss", "samples", "step", "tokens")
 
     def __init__(
         self,

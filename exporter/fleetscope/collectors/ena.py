@@ -10,7 +10,7 @@ statistics are left out: tens of series per queue and nothing a rule needs).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client.core import Metric
 

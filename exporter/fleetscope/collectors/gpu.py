@@ -110,7 +110,9 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                 tuple(self._ledger.since(cutoff)), jobs, labels,
             )
 
-    def _labels_by_pci(self, nvml: NvmlReading | None, pci_gpus: tuple[PciGpu, ...]) -> dict[PciAddress, tuple[str, str]]:
+    def _labels_by_pci(
+        self, nvml: NvmlReading | None, pci_gpus: tuple[PciGpu, ...]
+    ) -> dict[PciAddress, tuple[str, str]]:
         """(gpu, uuid) labels for a PCI address: NVML's identity, else PCI bus order (NVML's own enumeration order)."""
         out: dict[PciAddress, tuple[str, str]] = {}
         for position, pci_gpu in enumerate(pci_gpus):
@@ -151,15 +153,15 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                 for key, values in sample.labelled.items():
                     for extra, value in values.items():
                         builder.add(gpu.NVML_TABLE[key], labels + extra, value)
-            for identity in nvml.lost:
-                identity = self._lost_identity(identity, snapshot)
+            for lost in nvml.lost:
+                identity = self._lost_identity(lost, snapshot)
                 self._add_identity(builder, identity, nvml)
                 builder.add(gpu.LOST, (str(identity.index), identity.uuid), 1)
         builder.add(gpu.PCI_DEVICES, (), len(snapshot.pci_gpus))
         if self.config.gpu.expected_count > 0:
             builder.add(gpu.EXPECTED_DEVICES, (), self.config.gpu.expected_count)
         for (pci, xid), count in sorted(snapshot.xid_counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            builder.add(gpu.XID_ERRORS_TOTAL, self._gpu_labels(snapshot, pci) + (str(xid), xid_action(xid)), count)
+            builder.add(gpu.XID_ERRORS_TOTAL, (*self._gpu_labels(snapshot, pci), str(xid), xid_action(xid)), count)
         for pci, stamp in snapshot.xid_last.items():
             builder.add(gpu.LAST_XID_TIMESTAMP_SECONDS, self._gpu_labels(snapshot, pci), stamp)
         if nvml is not None:

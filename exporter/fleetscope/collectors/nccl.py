@@ -203,20 +203,23 @@ class NcclCollector(Collector, HealthCheck, Closeable):
         with self._lock:
             self.update()
             now = self.clock()
-            out: list[Finding] = []
-            for path in self.reader.stats.prometheus_files[:1]:
-                out.append(Finding(
+            out = [
+                Finding(
                     "nccl", "warning", "inspector",
                     f"{path} is Prometheus textfile output (NCCL_INSPECTOR_PROM_DUMP=1), which has no rank, "
                     "communicator id or count: fleetscope reads the JSON output, so unset NCCL_INSPECTOR_PROM_DUMP",
-                ))
-            for writer in sorted({c.writer for c in self._comms.values()}):
-                if self._job_of(writer, now) is None:
-                    out.append(Finding(
-                        "nccl", "warning", f"inspector {writer[0]}-pid{writer[1]}",
-                        "no process found for this output file: training_job and rank stay empty "
-                        "(a containerised daemon needs hostPID)",
-                    ))
+                )
+                for path in self.reader.stats.prometheus_files[:1]
+            ]
+            out += [
+                Finding(
+                    "nccl", "warning", f"inspector {writer[0]}-pid{writer[1]}",
+                    "no process found for this output file: training_job and rank stay empty "
+                    "(a containerised daemon needs hostPID)",
+                )
+                for writer in sorted({c.writer for c in self._comms.values()})
+                if self._job_of(writer, now) is None
+            ]
             return out
 
     def close(self) -> None:

@@ -11,8 +11,8 @@ from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
-from fleetscope.sources.fs import Root
 from fleetscope.metrics import netdev
+from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import NetInterface, read_netdev
 
 

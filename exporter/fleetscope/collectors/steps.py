@@ -8,7 +8,8 @@ snapshot).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 

@@ -40,7 +40,8 @@ def build() -> Any:
         stat_panel("EFA devices", "none", ok("blue"), Q(f"sum(fleetscope_efa_devices{{{E}}})"), width=6),
         stat_panel("Nodes missing EFA devices", "none", rising(1, 1),
                    Q(f"count(fleetscope_efa_expected_devices{{{E}}} > fleetscope_efa_devices{{{E}}}) or vector(0)"),
-                   width=6, description="Only nodes with a configured expected count (efa.expected-count) are checked."),
+                   width=6,
+                   description="Only nodes with a configured expected count (efa.expected-count) are checked."),
         stat_panel("Fabric throughput (tx)", "Bps", ok("blue"),
                    Q(f"sum(rate(fleetscope_efa_tx_bytes_total{{{E}}}[5m]))"), width=6),
     ]

@@ -59,32 +59,35 @@ def build() -> Any:
                          instant=True),
                        description="Xid errors grouped by NVIDIA's immediate-action class (RESET_GPU, RESTART_BM...)."),
         timeseries_panel("EFA error rates", "cps", rising(1, 100),
-                         Q(f"sum by (instance) (rate(fleetscope_efa_retransmit_packets_total{{{C}}}[$__rate_interval]))",
-                           "{{instance}} retransmits"),
+                         Q(f"sum by (instance) (rate(fleetscope_efa_retransmit_packets_total{{{C}}}"
+                           f"[$__rate_interval]))", "{{instance}} retransmits"),
                          Q(f"sum by (instance) (rate(fleetscope_efa_rx_drops_total{{{C}}}[$__rate_interval]))",
                            "{{instance}} drops"),
                          Q(f"sum by (instance) (rate(fleetscope_efa_impaired_remote_connection_events_total{{{C}}}"
                            f"[$__rate_interval]))", "{{instance}} impaired connections"),
                          width=8, links=[link("Node detail", node_url("${__field.labels.instance}"))],
-                         description="Per node: EFA retransmitted packets, receive drops and impaired connections per second."),
+                         description="Per node: EFA retransmitted packets, receive drops and impaired connections "
+                                     "per second."),
         table_panel("ECC and row-remap state by node", "none", rising(1, 1),
-                    Q(f'sum by (instance) (fleetscope_gpu_ecc_errors_total{{error_type="uncorrected", counter_type="volatile", {C}}})',
-                      table=True),
+                    Q(f'sum by (instance) (fleetscope_gpu_ecc_errors_total{{error_type="uncorrected", '
+                      f'counter_type="volatile", {C}}})', table=True),
                     Q(f'sum by (instance) (fleetscope_gpu_remapped_rows{{cause="uncorrectable", {C}}})', table=True),
                     Q(f"sum by (instance) (fleetscope_gpu_row_remap_pending{{{C}}})", table=True),
                     Q(f"sum by (instance) (fleetscope_gpu_row_remap_failed{{{C}}})", table=True),
                     width=24, links=[NODE_LINK], sort_by="Uncorrected ECC (volatile)",
                     rename={"Value #A": "Uncorrected ECC (volatile)", "Value #B": "Uncorrectable remapped rows",
                             "Value #C": "Row remaps pending", "Value #D": "Row remaps failed"},
-                    description="Per node, summed over its GPUs. A pending remap needs a GPU reset; a failed one, an RMA."),
+                    description="Per node, summed over its GPUs. A pending remap needs a GPU reset; "
+                                "a failed one, an RMA."),
     ]
     jobs = [
         table_panel("Training jobs", "s", rising(600, 1800),
                     Q(exprs.mean_step_seconds(C, "cluster, training_job"), table=True),
-                    Q(f"sum by (cluster, training_job) (rate(fleetscope_training_tokens_total{{{C}}}[5m]))", table=True),
-                    Q(f"count by (cluster, training_job) (fleetscope_training_last_step{{{C}}})", table=True),
-                    Q(f"time() - max by (cluster, training_job) (fleetscope_training_last_step_timestamp_seconds{{{C}}})",
+                    Q(f"sum by (cluster, training_job) (rate(fleetscope_training_tokens_total{{{C}}}[5m]))",
                       table=True),
+                    Q(f"count by (cluster, training_job) (fleetscope_training_last_step{{{C}}})", table=True),
+                    Q(f"time() - max by (cluster, training_job) "
+                      f"(fleetscope_training_last_step_timestamp_seconds{{{C}}})", table=True),
                     Q(f"max by (cluster, training_job) ({exprs.relative_compute(C)})", table=True),
                     width=24, links=[JOB_LINK], sort_by="Worst rank vs stage median",
                     rename={"Value #A": "Mean step time", "Value #B": "Tokens/s", "Value #C": "Ranks",

@@ -93,15 +93,17 @@ def build() -> Any:
     ]
     thermal = [
         timeseries_panel("Thermal and power slowdown (worst 10 GPUs)", "percentunit", rising(0.05, 0.2),
-                         Q(_worst(f'sum by (instance, gpu) (rate(fleetscope_gpu_throttle_seconds_total{{reason=~"hw_thermal|'
-                                  f'sw_thermal|hw_slowdown|hw_power_brake", {HG}}}{RATE}))', 10),
+                         Q(_worst(f'sum by (instance, gpu) (rate(fleetscope_gpu_throttle_seconds_total'
+                                  f'{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake", {HG}}}{RATE}))',
+                                  10),
                            "{{instance}} GPU {{gpu}}"), width=8, minimum=0, links=[NODE_SERIES_LINK],
                          description="Share of time with clocks lowered for temperature or power-brake reasons."),
         timeseries_panel("Hottest GPU per node", "celsius", rising(80, 87),
                          Q(f"max by (instance) (fleetscope_gpu_temperature_celsius{{{HG}}})", "{{instance}}"), width=8,
                          links=[NODE_SERIES_LINK]),
         timeseries_panel("PCIe replays", "cps", rising(1, 10),
-                         Q(_worst(f"sum by (instance, gpu) (rate(fleetscope_gpu_pcie_replays_total{{{HG}}}{RATE}))", 10),
+                         Q(_worst(f"sum by (instance, gpu) (rate(fleetscope_gpu_pcie_replays_total{{{HG}}}{RATE}))",
+                                  10),
                            "{{instance}} GPU {{gpu}}"), width=8, links=[NODE_SERIES_LINK],
                          description="PCIe link replays; a steady rate points at a marginal riser or slot."),
     ]

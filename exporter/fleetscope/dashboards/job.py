@@ -112,7 +112,8 @@ def build() -> Any:
                          Q(f"max by (rank) (fleetscope_training_last_step{{{J}}})", "rank {{rank}}"), width=12,
                          description="A rank whose line goes flat while others climb, or all flat at once: a hang."),
         bargauge_panel("Seconds since each rank's last step (worst 20)", "s", rising(120, 600),
-                       Q(f"topk(20, max by (rank, instance) (time() - fleetscope_training_last_step_timestamp_seconds{{{J}}}))",
+                       Q(f"topk(20, max by (rank, instance) "
+                         f"(time() - fleetscope_training_last_step_timestamp_seconds{{{J}}}))",
                          "rank {{rank}} on {{instance}}", instant=True), width=12,
                        links=[link("Node detail", node_url("${__field.labels.instance}"))]),
     ]

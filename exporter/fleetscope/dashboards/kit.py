@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 try:
     import grafana_foundation_sdk  # noqa: F401  (only to name the extra when it is missing)
@@ -70,6 +70,7 @@ UID_EFA = "fleetscope-efa"
 _KEEP = "${__url_time_range}&${datasource:queryparam}&${cluster:queryparam}"
 
 Steps = Sequence[tuple[float | None, str]]
+P = TypeVar("P")  # a panel builder
 
 
 def ok(color: str = "green") -> Steps:
@@ -113,22 +114,21 @@ def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
         target = prometheus.Dataquery().expr(query.expr).ref_id(chr(ord("A") + index))
         if query.legend:
             target = target.legend_format(query.legend)
-        if query.instant or query.table:
-            target = target.instant()
-        else:
-            target = target.range()
+        target = target.instant() if query.instant or query.table else target.range()
         if query.table:
             target = target.format(PromQueryFormat.TABLE)
         out.append(target)
     return out
 
 
-def _common(panel: Any, title: str, unit: str, steps: Steps, queries: Sequence[Q], description: str,
-            width: int, height: int) -> Any:
-    panel = panel.title(title).unit(unit).thresholds(thresholds(steps)).datasource(DATASOURCE).span(width).height(height)
+def _common(panel: P, title: str, unit: str, steps: Steps, queries: Sequence[Q], description: str,
+            width: int, height: int) -> P:
+    built: Any = panel  # every panel builder has these setters, but the SDK declares them per class
+    built = built.title(title).unit(unit).thresholds(thresholds(steps)).datasource(DATASOURCE)
+    built = built.span(width).height(height)
     if description:
-        panel = panel.description(description)
-    return panel.targets(_targets(queries))
+        built = built.description(description)
+    return cast(P, built.targets(_targets(queries)))
 
 
 def link(title: str, url: str) -> dashboard.DashboardLink:
@@ -176,7 +176,7 @@ def stat_panel(title: str, unit: str, steps: Steps, *queries: Q, description: st
     panel = _common(stat.Panel(), title, unit, steps, queries, description, width, height)
     panel = panel.reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
     if value_mappings:
-        panel = panel.mappings(value_mappings)
+        panel = panel.mappings([*value_mappings])  # a list of the SDK's wider mapping union
     return panel
 
 
@@ -339,4 +339,5 @@ def encode(model: Any) -> dict[str, Any]:
 
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-    return json.loads(JSONEncoder(sort_keys=True).encode(model))
+    data: dict[str, Any] = json.loads(JSONEncoder(sort_keys=True).encode(model))
+    return data

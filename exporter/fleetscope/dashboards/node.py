@@ -59,7 +59,8 @@ def build() -> Any:
     gpus = [
         timeseries_panel("GPU utilization", "percentunit", rising(0.95, 1.01),
                          Q(f"fleetscope_gpu_utilization_ratio{{{G}}}", "GPU {{gpu}}"), minimum=0, maximum=1,
-                         description="Share of time a kernel was running (NVML); says nothing about how busy the SMs were."),
+                         description="Share of time a kernel was running (NVML); says nothing about how busy "
+                                     "the SMs were."),
         timeseries_panel("SM and tensor-core activity", "percentunit", falling(0.2, 0.5),
                          Q(f"fleetscope_gpu_sm_active_ratio{{{G}}}", "GPU {{gpu}} SM"),
                          Q(f"fleetscope_gpu_tensor_active_ratio{{{G}}}", "GPU {{gpu}} tensor"), minimum=0, maximum=1,
@@ -72,22 +73,24 @@ def build() -> Any:
         timeseries_panel("SM clock", "hertz", ok(),
                          Q(f'fleetscope_gpu_clock_hertz{{clock="sm", {G}}}', "GPU {{gpu}}")),
         timeseries_panel("Clock slowdown by reason", "percentunit", rising(0.05, 0.2),
-                         Q(f'sum by (gpu, reason) (rate(fleetscope_gpu_throttle_seconds_total{{reason=~"{SLOWDOWN_REASONS}", '
-                           f"{G}}}{RATE}))", "GPU {{gpu}} {{reason}}"),
+                         Q(f"sum by (gpu, reason) (rate(fleetscope_gpu_throttle_seconds_total"
+                           f'{{reason=~"{SLOWDOWN_REASONS}", {G}}}{RATE}))', "GPU {{gpu}} {{reason}}"),
                          minimum=0, stacked=True,
-                         description="Share of time each GPU spent with its clocks lowered, by NVML clock-event reason."),
+                         description="Share of time each GPU spent with its clocks lowered, "
+                                     "by NVML clock-event reason."),
         timeseries_panel("Memory used", "bytes", ok(),
                          Q(f"fleetscope_gpu_memory_used_bytes{{{G}}}", "GPU {{gpu}}")),
         timeseries_panel("ECC errors and Xid events", "none", rising(1, 1),
-                         Q(f'sum by (gpu, error_type) (increase(fleetscope_gpu_ecc_errors_total{{counter_type="volatile", {G}}}{RATE}))',
-                           "GPU {{gpu}} ECC {{error_type}}"),
+                         Q(f"sum by (gpu, error_type) (increase(fleetscope_gpu_ecc_errors_total"
+                           f'{{counter_type="volatile", {G}}}{RATE}))', "GPU {{gpu}} ECC {{error_type}}"),
                          Q(f"sum by (gpu, xid, action) (increase(fleetscope_gpu_xid_errors_total{{{G}}}{RATE}))",
                            "GPU {{gpu}} Xid {{xid}} ({{action}})"),
                          bars=True, description="New errors per interval: ECC (volatile counters) and Xid events."),
         table_panel("Row remapping", "none", rising(1, 1),
                     Q(f"fleetscope_gpu_remapped_rows{{{G}}}", table=True), width=12,
                     rename={"Value": "Remapped rows", "cause": "Cause"},
-                    description="Remapped rows per GPU and cause; uncorrectable remaps need a GPU reset to take effect."),
+                    description="Remapped rows per GPU and cause; uncorrectable remaps need a GPU reset "
+                                "to take effect."),
         table_panel("Row remap pending / failed", "none", rising(1, 1),
                     Q(f"fleetscope_gpu_row_remap_pending{{{G}}}", table=True),
                     Q(f"fleetscope_gpu_row_remap_failed{{{G}}}", table=True), width=12,
@@ -96,19 +99,21 @@ def build() -> Any:
     efa = [
         timeseries_panel("EFA throughput", "Bps", ok(),
                          Q(f"sum by (device) (rate(fleetscope_efa_tx_bytes_total{{{N}}}{RATE}))", "{{device}} tx"),
-                         Q(f"sum by (device) (rate(fleetscope_efa_rx_bytes_total{{{N}}}{RATE}))", "{{device}} rx"), width=8),
+                         Q(f"sum by (device) (rate(fleetscope_efa_rx_bytes_total{{{N}}}{RATE}))", "{{device}} rx"),
+                         width=8),
         timeseries_panel("EFA retransmits", "pps", rising(1, 100),
                          Q(f"sum by (device) (rate(fleetscope_efa_retransmit_packets_total{{{N}}}{RATE}))",
                            "{{device}} retransmitted packets"),
                          Q(f"sum by (device) (rate(fleetscope_efa_retransmit_timeout_events_total{{{N}}}{RATE}))",
                            "{{device}} retransmit timeouts"), width=8),
         timeseries_panel("EFA drops and errors", "cps", rising(0.01, 1),
-                         Q(f"sum by (device) (rate(fleetscope_efa_rx_drops_total{{{N}}}{RATE}))", "{{device}} rx drops"),
+                         Q(f"sum by (device) (rate(fleetscope_efa_rx_drops_total{{{N}}}{RATE}))",
+                           "{{device}} rx drops"),
                          Q(f"sum by (device) (rate(fleetscope_efa_rdma_read_work_request_errors_total{{{N}}}{RATE}) "
                            f"+ rate(fleetscope_efa_rdma_write_work_request_errors_total{{{N}}}{RATE}))",
                            "{{device}} RDMA errors"),
-                         Q(f"sum by (device) (rate(fleetscope_efa_impaired_remote_connection_events_total{{{N}}}{RATE}))",
-                           "{{device}} impaired connections"), width=8),
+                         Q(f"sum by (device) (rate(fleetscope_efa_impaired_remote_connection_events_total"
+                           f"{{{N}}}{RATE}))", "{{device}} impaired connections"), width=8),
     ]
     network = [
         timeseries_panel("NIC throughput", "Bps", ok(),
@@ -118,13 +123,16 @@ def build() -> Any:
                          Q(f"rate(fleetscope_net_receive_errors_total{{{N}}}{RATE}) "
                            f"+ rate(fleetscope_net_transmit_errors_total{{{N}}}{RATE})", "{{device}} errors"),
                          Q(f"rate(fleetscope_net_receive_dropped_total{{{N}}}{RATE}) "
-                           f"+ rate(fleetscope_net_transmit_dropped_total{{{N}}}{RATE})", "{{device}} dropped"), width=6),
+                           f"+ rate(fleetscope_net_transmit_dropped_total{{{N}}}{RATE})", "{{device}} dropped"),
+                         width=6),
         timeseries_panel("ENA allowances exceeded", "pps", rising(0.01, 1),
                          Q(f"rate(fleetscope_ena_bw_in_allowance_exceeded_total{{{N}}}{RATE})", "{{device}} bw in"),
                          Q(f"rate(fleetscope_ena_bw_out_allowance_exceeded_total{{{N}}}{RATE})", "{{device}} bw out"),
                          Q(f"rate(fleetscope_ena_pps_allowance_exceeded_total{{{N}}}{RATE})", "{{device}} pps"),
-                         Q(f"rate(fleetscope_ena_conntrack_allowance_exceeded_total{{{N}}}{RATE})", "{{device}} conntrack"),
-                         width=6, description="Packets queued or dropped because an EC2 instance allowance was exceeded."),
+                         Q(f"rate(fleetscope_ena_conntrack_allowance_exceeded_total{{{N}}}{RATE})",
+                           "{{device}} conntrack"),
+                         width=6,
+                         description="Packets queued or dropped because an EC2 instance allowance was exceeded."),
         timeseries_panel("TCP retransmitted segments", "percentunit", rising(0.01, 0.05),
                          Q(f"rate(fleetscope_tcp_retransmitted_segments_total{{{N}}}{RATE}) "
                            f"/ rate(fleetscope_tcp_out_segments_total{{{N}}}{RATE})", "retransmitted / sent"),
@@ -134,7 +142,8 @@ def build() -> Any:
         table_panel("Ranks on this node", "none", ok(),
                     Q(f"fleetscope_training_last_step{{{N}}} * on (instance, training_job, rank) "
                       f"group_left (gpu, dp_rank, world_size) fleetscope_training_rank_info{{{N}}}", table=True),
-                    Q(f"time() - fleetscope_training_last_step_timestamp_seconds{{{N}}} * on (instance, training_job, rank) "
+                    Q(f"time() - fleetscope_training_last_step_timestamp_seconds{{{N}}} "
+                      f"* on (instance, training_job, rank) "
                       f"group_left (gpu, dp_rank, world_size) fleetscope_training_rank_info{{{N}}}", table=True),
                     width=24, links=[link("Training job", job_url("${__data.fields.training_job}"))],
                     rename={"Value #A": "Last step", "Value #B": "Since last step"},

@@ -229,7 +229,7 @@ XID_ERRORS_TOTAL = MetricSpec(
     "at start. action is the NVIDIA Xid catalog's immediate-action class (RESET_GPU, RESTART_BM, "
     "RESTART_APP, IGNORE, ...; UNKNOWN if not in the catalog). Without NVML the gpu label follows PCI bus "
     "order and uuid comes from the driver's log, if it printed one.",
-    _GPU + ("xid", "action"), raw="nvmlEventSetWait_v2 / NVRM: Xid")
+    (*_GPU, "xid", "action"), raw="nvmlEventSetWait_v2 / NVRM: Xid")
 LAST_XID_TIMESTAMP_SECONDS = MetricSpec(
     "fleetscope_gpu_last_xid_timestamp_seconds", "gauge",
     "Unix time of the GPU's most recent Xid error.", _GPU, unit="seconds")

@@ -9,7 +9,7 @@ _SNMP_SECTIONS = ("Ip", "Icmp", "IcmpMsg", "Tcp", "Udp", "UdpLite")
 
 
 def _counter(key: str, name: str, help: str) -> MetricSpec:
-    file = "net/snmp" if key.split(".")[0] in _SNMP_SECTIONS else "net/netstat"
+    file = "net/snmp" if key.split(".", maxsplit=1)[0] in _SNMP_SECTIONS else "net/netstat"
     return MetricSpec(name, "counter", help, raw=f"{file} {key}")
 
 

@@ -14,7 +14,8 @@ other pushers.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response

@@ -23,8 +23,8 @@ import binascii
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fleetscope.config import PushConfig
 from fleetscope.metrics.spec import NAMESPACE

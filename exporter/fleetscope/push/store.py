@@ -16,8 +16,8 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from fleetscope.config import PushConfig
 from fleetscope.push.models import StepRecord

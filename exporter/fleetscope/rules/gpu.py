@@ -87,7 +87,8 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "GpuRecoveryActionRequired", f"{sel(s, 'fleetscope_gpu_recovery_action')} > 0", "critical",
             "The driver asks for a recovery action on a GPU.",
-            f"{GPU_LABELS} reports recovery action {{{{ $value }}}} (1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
+            f"{GPU_LABELS} reports recovery action {{{{ $value }}}} "
+            "(1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
             s.gpu_state_for,
         ),
         Alert(
@@ -126,7 +127,8 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuThrottled",
-            f'{GPU_THROTTLE_SHARE}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} > {num(s.throttle_share)}',
+            f'{GPU_THROTTLE_SHARE}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} '
+            f"> {num(s.throttle_share)}",
             "warning",
             "A GPU is throttled by temperature, HW slowdown or power brake.",
             f"{GPU_LABELS} spent {{{{ $value | humanizePercentage }}}} of the last {w} in clock event "

@@ -24,7 +24,9 @@ def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
 def recording_rules(s: Settings) -> Group:
     w = s.rate_window
     rules = [
-        Record(efa_rate(counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))")
+        Record(
+            efa_rate(counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))"
+        )
         for counter in EFA_RATE_COUNTERS
     ]
     rules.append(Record(
@@ -62,7 +64,11 @@ def alert_rules(s: Settings) -> Group:
         for kind, counter in (("error", "admin_command_errors"), ("no_completion", "admin_commands_no_completion"))
     ]
     allowances = [
-        (kind, f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{w}]) > {num(s.ena_allowance_per_second)}")
+        (
+            kind,
+            f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{w}]) "
+            f"> {num(s.ena_allowance_per_second)}",
+        )
         for kind in ENA_ALLOWANCES
     ]
     alerts = [
@@ -72,7 +78,8 @@ def alert_rules(s: Settings) -> Group:
             "critical",
             "A node has fewer EFA devices than expected.",
             "{{ $labels.instance }} has {{ $value }} EFA devices"
-            f"{{{{ with printf `{sel(s, 'fleetscope_efa_expected_devices', 'instance=%q')}` $labels.instance | query }}}}"
+            f"{{{{ with printf `{sel(s, 'fleetscope_efa_expected_devices', 'instance=%q')}` "
+            "$labels.instance | query }}"
             ", {{ . | first | value }} expected{{ end }}.",
             s.efa_missing_for,
         ),
@@ -93,7 +100,8 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "EfaRdmaWorkRequestErrors", labelled_union(wr_errors, "operation"), "warning",
             "An EFA device completes RDMA work requests with errors.",
-            f"{EFA_PORT} had {{{{ $value | humanize }}}} {{{{ $labels.operation }}}} work-request errors in the last {w}.",
+            f"{EFA_PORT} had {{{{ $value | humanize }}}} {{{{ $labels.operation }}}} work-request errors "
+            f"in the last {w}.",
             ev,
         ),
         Alert(
@@ -118,7 +126,8 @@ def alert_rules(s: Settings) -> Group:
             s.tcp_for,
         ),
     ]
-    for what, name, noun in (("errors", "NetworkInterfaceErrors", "errors"), ("dropped", "NetworkInterfaceDrops", "drops")):
+    interface_alerts = (("errors", "NetworkInterfaceErrors", "errors"), ("dropped", "NetworkInterfaceDrops", "drops"))
+    for what, name, noun in interface_alerts:
         alerts.append(Alert(
             name, f"{interface_ratio(what)} > {num(s.interface_error_ratio)}", "warning",
             f"A network interface has a high {noun[:-1]} rate.",

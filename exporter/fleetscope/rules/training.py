@@ -56,7 +56,9 @@ def recording_rules(s: Settings) -> Group:
     compute = sel(s, "fleetscope_training_compute_seconds_median")
     rules: list[Record] = [
         Record(STAGE_COMPUTE, f"quantile by (training_job, pp_stage) (0.5, {compute})"),
-        Record(RANK_COMPUTE_RATIO, with_gpu(s, f"{compute}\n  / on (training_job, pp_stage) group_left\n{STAGE_COMPUTE}")),
+        Record(
+            RANK_COMPUTE_RATIO, with_gpu(s, f"{compute}\n  / on (training_job, pp_stage) group_left\n{STAGE_COMPUTE}")
+        ),
         Record(JOB_STEP, f"quantile by (training_job) (0.5, {sel(s, 'fleetscope_training_step_seconds_median')})"),
     ]
     step_rate = f"rate({sel(s, 'fleetscope_training_step_seconds_total')}[{w}])"
@@ -85,7 +87,10 @@ def cause_rules(s: Settings) -> Group:
     )
     hw_reasons = 'reason=~"hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"'
     pieces = [
-        ("gpu_throttled", f"max without (reason) ({GPU_THROTTLE_SHARE}{{{hw_reasons}}}) > {num(s.cause_throttle_share)}"),
+        (
+            "gpu_throttled",
+            f"max without (reason) ({GPU_THROTTLE_SHARE}{{{hw_reasons}}}) > {num(s.cause_throttle_share)}",
+        ),
         ("gpu_low_sm_clock", f"max without (clock) ({GPU_CLOCK_RATIO}) < {num(s.cause_clock_ratio)}"),
         ("efa_retransmits", f"{efa_rate('retransmit_packets')} > {num(s.efa_retransmit_cause_per_second)}"),
         ("efa_errors", f"(\n  {efa_errors}\n)"),
@@ -99,7 +104,10 @@ def cause_rules(s: Settings) -> Group:
 
 def alert_rules(s: Settings) -> Group:
     w = s.rate_window
-    rank_labels = "training job {{ $labels.training_job }} rank {{ $labels.rank }} (pp_stage {{ $labels.pp_stage }}) on {{ $labels.instance }}{{ with $labels.gpu }} GPU {{ . }}{{ end }}"
+    rank_labels = (
+        "training job {{ $labels.training_job }} rank {{ $labels.rank }} (pp_stage {{ $labels.pp_stage }}) "
+        "on {{ $labels.instance }}{{ with $labels.gpu }} GPU {{ . }}{{ end }}"
+    )
     last_step = sel(s, "fleetscope_training_last_step_timestamp_seconds")
     last_push = sel(s, "fleetscope_training_last_push_timestamp_seconds")
     hang_threshold = (
@@ -201,7 +209,8 @@ def alert_rules(s: Settings) -> Group:
             "No rank of training job {{ $labels.training_job }} has completed a step for "
             f"{num(s.hang_step_multiple)}x the median step time (clamped to {num(s.hang_min_seconds)}s-"
             f"{num(s.hang_max_seconds)}s). Suspect: rank {{{{ $labels.rank }}}} on {{{{ $labels.instance }}}}"
-            "{{ with $labels.gpu }} GPU {{ . }}{{ end }}, the first to stop: its last step completed {{ $value | humanizeDuration }} ago"
+            "{{ with $labels.gpu }} GPU {{ . }}{{ end }}, the first to stop: its last step completed "
+            "{{ $value | humanizeDuration }} ago"
             "{{ with printf `" + sel(s, "fleetscope_training_last_step", 'training_job="%s", rank="%s"') + "` "
             "$labels.training_job $labels.rank | query }} at step {{ . | first | value }}{{ end }}"
             "{{ with printf `max(" + sel(s, "fleetscope_training_last_step", 'training_job="%s"') + ")` "

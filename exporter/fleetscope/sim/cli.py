@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import shutil
 import signal
 import socket
@@ -12,6 +11,8 @@ import sys
 import threading
 from typing import Any
 
+from fleetscope.config import LogConfig
+from fleetscope.logs import setup_logging
 from fleetscope.sim.faults import Fault, ScheduleError, load_schedule, parse_schedule
 from fleetscope.sim.schedules import SCHEDULES
 from fleetscope.sim.tree import make_workdir
@@ -63,7 +64,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(LogConfig(level="info"))
     from fleetscope.sim.cluster import SimCluster
 
     spec = _make(args, [])
@@ -124,7 +125,7 @@ def _ports_in_use(ports: list[int]) -> list[int]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(LogConfig(level="warning"))
     from fleetscope.sim.demo import Demo
     from fleetscope.sim.prom import find_binary
 
@@ -151,8 +152,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate_node(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    setup_logging(LogConfig(level="warning"))
     settings = dict(item.partition("=")[::2] for item in args.set)
     if args.source:
         from fleetscope.capture.archive import CaptureError

@@ -202,8 +202,10 @@ class InspectorNode:
             cgroup = f"0::/system.slice/slurmstepd.scope/job_{slurm_job}/step_0/user/task_{proc.local_rank}"
         else:
             env = {"RANK": str(proc.rank), "LOCAL_RANK": str(proc.local_rank), "FLEETSCOPE_JOB": proc.job}
-            cgroup = (f"0::/kubepods.slice/kubepods-pod{pod_uid.replace('-', '_')}.slice/"
-                      f"cri-containerd-{'ab' * 32}.scope" if pod_uid else "0::/user.slice/user-1000.slice/session-3.scope")
+            cgroup = (
+                f"0::/kubepods.slice/kubepods-pod{pod_uid.replace('-', '_')}.slice/cri-containerd-{'ab' * 32}.scope"
+                if pod_uid else "0::/user.slice/user-1000.slice/session-3.scope"
+            )
         env.update({"NCCL_INSPECTOR_ENABLE": "1", "HOSTNAME": proc.hostname})
         with open(os.path.join(base, "environ"), "wb") as raw:
             raw.write(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
@@ -274,7 +276,8 @@ class InspectorJob:
                     rank, local, self.name, host_pid=host_pid, pid=1 if self.pods else host_pid,
                     hostname=f"{self.name}-worker-{rank}" if self.pods else node.hostname,
                 )
-                node.add_process(proc, pod_uid=f"00000000-0000-4000-8000-{self.seed:06d}{rank:06d}" if self.pods else "")
+                pod_uid = f"00000000-0000-4000-8000-{self.seed:06d}{rank:06d}" if self.pods else ""
+                node.add_process(proc, pod_uid=pod_uid)
                 self._procs.append((node, proc))
         self._rng = random.Random(self.seed)
         self._model = CollectiveModel(self.collectives, len(self._procs), rng=random.Random(self.seed + 1))

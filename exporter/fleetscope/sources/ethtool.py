@@ -31,9 +31,10 @@ import fcntl
 import re
 import socket
 import struct
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from fleetscope.sources.fs import Root
 

@@ -35,7 +35,9 @@ SLURM_V1_RE = re.compile(r"/slurm/uid_\d+/job_(?P<job>\d+)(?:/|$)")
 SLURM_V2_RE = re.compile(r"/(?:[^/]+_)?slurmstepd\.scope/(?P<unit>[^/]+)")
 SLURM_JOB_UNIT_RE = re.compile(r"^job_(?P<job>\d+)$")
 SLUID_RE = re.compile(r"^[A-Za-z0-9]{6,}$")
-POD_RE = re.compile(r"pod(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})")
+POD_RE = re.compile(
+    r"pod(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})"
+)
 CONTAINER_RE = re.compile(r"^(?:cri-containerd-|docker-|crio-|containerd-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
 ENV_KEYS = ("FLEETSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "SLURM_PROCID",
             "SLURM_LOCALID")
@@ -108,7 +110,8 @@ def attribute_process(procfs: Root, pid: int) -> JobAttribution | None:
         env = {}  # another user's process: only root (PTRACE_MODE_READ) may read it
     slurm = env.get("SLURM_JOB_ID") or cgroup.slurm_job_id
     elastic = env.get("TORCHELASTIC_RUN_ID", "")
-    training_job = env.get("FLEETSCOPE_JOB") or slurm or (elastic if elastic not in ("", "none") else "") or cgroup.pod_uid
+    elastic_job = elastic if elastic not in ("", "none") else ""
+    training_job = env.get("FLEETSCOPE_JOB") or slurm or elastic_job or cgroup.pod_uid
     attribution = JobAttribution(
         training_job=training_job,
         rank=env.get("RANK", env.get("SLURM_PROCID", "")),

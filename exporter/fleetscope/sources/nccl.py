@@ -41,6 +41,7 @@ This module knows no metric names: it yields typed records.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -254,10 +255,11 @@ def writer_pid(procfs: Root, file: InspectorFile) -> int | None:
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     environs = {pid: _environ_values(procfs, pid, ("HOSTNAME", "NCCL_INSPECTOR_ENABLE")) for pid in candidates}
-    for test in (
+    tests: tuple[Callable[[dict[str, str]], bool], ...] = (
         lambda env: env.get("HOSTNAME") == file.hostname,
         lambda env: env.get("NCCL_INSPECTOR_ENABLE") == "1",
-    ):
+    )
+    for test in tests:
         narrowed = [pid for pid in candidates if test(environs[pid])]
         if len(narrowed) == 1:
             return narrowed[0]
@@ -454,10 +456,10 @@ class InspectorReader:
         lines = chunk.split(b"\n")
         if tail.resync:
             lines, tail.resync = lines[1:], False  # the rest of a line begun before our start point
-        for line in lines:
+        for raw in lines:
             # A copytruncate under the plugin's FILE* (opened "w", so it writes on at its old offset)
             # leaves a hole of NUL bytes where the lines we had not read were.
-            line = line.lstrip(b"\0")
+            line = raw.lstrip(b"\0")
             if not line.strip():
                 continue
             if len(line) > MAX_LINE_BYTES:
@@ -480,10 +482,8 @@ class InspectorReader:
         while len(self._dropped_at) > REMEMBERED_FILES:
             self._dropped_at.pop(next(iter(self._dropped_at)))
         self._expired.append(tail.file)
-        try:
+        with contextlib.suppress(OSError):
             os.close(tail.fd)
-        except OSError:
-            pass
 
     def expired(self) -> list[InspectorFile]:
         """Files dropped since the last call (idle past the time-to-live, or gone)."""

@@ -20,6 +20,7 @@ turns it into base units.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -189,10 +190,8 @@ class NvmlSource:
                 for sample in self._gpm_previous.values():
                     self._attempt(-1, "gpm_free", self._nvml.nvmlGpmSampleFree, sample)
                 self._gpm_previous.clear()
-                try:
+                with contextlib.suppress(self._nvml.NVMLError):
                     self._nvml.nvmlShutdown()
-                except self._nvml.NVMLError:
-                    pass
                 self._nvml = None
         finally:
             self._lock.release()
@@ -216,7 +215,7 @@ class NvmlSource:
                 self._quiet.add((gpu, key))
                 level = logging.DEBUG if isinstance(exc, nvml.NVMLError_NotSupported) else logging.WARNING
                 logger.log(level, "NVML: gpu %s: %s: %s", gpu, key, exc)
-        except Exception as exc:  # noqa: BLE001 - a binding/driver mismatch must cost one value, not the GPU
+        except Exception as exc:  # a binding/driver mismatch must cost one value, not the GPU
             if (gpu, key) not in self._quiet:
                 self._quiet.add((gpu, key))
                 logger.warning("NVML: gpu %s: %s: %s: %s", gpu, key, type(exc).__name__, exc)
@@ -410,7 +409,7 @@ class NvmlSource:
 
     def _read_fields(self, index: int, handle: Any, put: Put) -> None:
         nvml = self._nvml
-        fields = self._field_values(index, handle, list(SCALAR_FIELDS) + [FIELD_NVLINK_LINK_COUNT])
+        fields = self._field_values(index, handle, [*SCALAR_FIELDS, FIELD_NVLINK_LINK_COUNT])
         if fields is None:
             fields = {}  # a driver without field values: the per-call fallbacks below still answer
         for field_id, (key, labels) in SCALAR_FIELDS.items():
@@ -505,7 +504,7 @@ class EventWatcher:
         while not self._stop.is_set():
             try:
                 self._watch_once()
-            except Exception as exc:  # noqa: BLE001 - the watcher must outlive any driver trouble
+            except Exception as exc:  # the watcher must outlive any driver trouble
                 logger.warning("NVML event watcher: %s; re-registering", exc)
             self._stop.wait(self._retry)
 
@@ -537,10 +536,8 @@ class EventWatcher:
                 if data.eventType & EVENT_XID:
                     self._deliver(nvml, data)
         finally:
-            try:
+            with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlEventSetFree(event_set)
-            except nvml.NVMLError:
-                pass
 
     def _deliver(self, nvml: Any, data: Any) -> None:
         index = self._source.handle_index(data.device)

@@ -19,7 +19,6 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-
 # code -> (mnemonic, immediate action)
 XID_CATALOG: dict[int, tuple[str, str]] = {
     13: ("ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP"),
@@ -97,7 +96,7 @@ class PciAddress:
         """``00000000:53:00.0`` (NVML), ``0000:53:00`` (Xid line), ``0000:53:00.0`` (sysfs) or ``53:00``."""
         parts = text.strip().split(".")[0].split(":")
         if len(parts) == 2:
-            parts = ["0"] + parts
+            parts = ["0", *parts]
         if len(parts) != 3:
             raise ValueError(f"not a PCI address: {text!r}")
         return cls(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16))
@@ -141,7 +140,8 @@ class XidLedger:
         with self._lock:
             incidents = self._recent.setdefault(key, deque(maxlen=self._history))
             for incident in incidents:
-                if sighting.source not in incident.sources and abs(incident.timestamp - sighting.timestamp) <= self.window:
+                close = abs(incident.timestamp - sighting.timestamp) <= self.window
+                if close and sighting.source not in incident.sources:
                     incident.sources.add(sighting.source)
                     return False
             incidents.append(_Incident(sighting.timestamp, {sighting.source}))
