@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from fleetscope.collectors import Closeable, Collector, HealthCheck
+from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.daemon import build_collectors
 from fleetscope.errors import NoHardware

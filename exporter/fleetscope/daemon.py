@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
-from fleetscope.collectors import REGISTRY, Collector, CollectorEntry, HasRouters
+from fleetscope.collectors import REGISTRY, CollectorEntry
 from fleetscope.collectors.http import HttpCollector
+from fleetscope.collectors.protocol import Collector, HasRouters, collector_class
 from fleetscope.config import Config, split_address
 from fleetscope.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
 from fleetscope.http import create_app, create_push_app
@@ -29,7 +30,7 @@ def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = RE
     for name in config.enabled_collectors():
         entry = registry[name]
         try:
-            built[name] = entry.load()(config)
+            built[name] = collector_class(entry)(config)
         except Exception as exc:
             logger.error("collector %s could not start: %s", name, exc)
     return built

@@ -31,7 +31,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector as PrometheusCollector
 
 from fleetscope import __version__
-from fleetscope.collectors import Closeable, Collector, Versioned
+from fleetscope.collectors.protocol import Closeable, Collector, Versioned
 from fleetscope.errors import NoHardware
 from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, assemble
 from fleetscope.families import FamilyBuilder

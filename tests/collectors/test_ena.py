@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.collectors import REGISTRY
 from fleetscope.collectors.ena import EnaCollector
+from fleetscope.collectors.protocol import collector_class
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.metrics import ena
@@ -63,7 +64,7 @@ def value(families: list[Metric], name: str, **labels: str) -> float | None:
 
 
 def test_registered_under_its_contract_name() -> None:
-    assert REGISTRY["ena"].load() is EnaCollector
+    assert collector_class(REGISTRY["ena"]) is EnaCollector
 
 
 def test_current_driver_exports_allowances_gauge_and_reset_totals() -> None:

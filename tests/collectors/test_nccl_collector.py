@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.collectors import REGISTRY
 from fleetscope.collectors.nccl import NcclCollector, size_bucket
+from fleetscope.collectors.protocol import collector_class
 from fleetscope.config import load
 from fleetscope.errors import NoHardware
 from fleetscope.metrics import nccl
@@ -44,7 +45,7 @@ def exposition(c: NcclCollector) -> str:
 
 
 def test_registered_and_absent_directory_is_no_hardware(tmp_path: Path) -> None:
-    assert REGISTRY["nccl"].load() is NcclCollector
+    assert collector_class(REGISTRY["nccl"]) is NcclCollector
     with pytest.raises(NoHardware, match=r"nccl\.dir"):
         collector(str(tmp_path / "missing"), str(tmp_path)).collect()
 

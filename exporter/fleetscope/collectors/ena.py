@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import Collector, HealthCheck
+from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder

@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import Closeable, Collector, HealthCheck
+from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import Closeable, Collector, HealthCheck
+from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import Collector, HealthCheck
+from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 from fleetscope.families import FamilyBuilder

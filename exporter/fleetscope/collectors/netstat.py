@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import Collector
+from fleetscope.collectors.protocol import Collector
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import netstat

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors import App, Collector, HasRouters
+from fleetscope.collectors.protocol import App, Collector, HasRouters
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training

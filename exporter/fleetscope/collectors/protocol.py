@@ -1,0 +1,76 @@
+"""The collector contract, typed: what the engine, the daemon and ``fleetscope check`` may rely on.
+
+A collector class is built as ``Cls(config)`` and is a :class:`Collector`. It
+states the optional capabilities it has by also subclassing
+:class:`HealthCheck` (``fleetscope check``), :class:`HasRouters` (HTTP routes
+on the ``"main"`` or ``"push"`` app), :class:`Versioned` (a live collector
+whose series can be reused while unchanged) or :class:`Closeable`, so mypy
+checks each method against its protocol and the daemon finds capabilities
+with ``isinstance``, never ``hasattr``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # typing only: the daemon's heavy parts stay unimported until used
+    from fastapi import APIRouter
+    from prometheus_client.core import Metric
+
+    from fleetscope.collectors import CollectorEntry
+    from fleetscope.config import Config
+    from fleetscope.health import Finding
+    from fleetscope.metrics import MetricTable
+
+App = Literal["main", "push"]
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """What every collector is: built from the config, a name, the tables it may export, one reading."""
+
+    name: ClassVar[str]
+    tables: ClassVar[tuple[MetricTable, ...]]
+
+    def __init__(self, config: Config) -> None: ...
+
+    def collect(self) -> Iterable[Metric]:
+        """One reading; raises :class:`fleetscope.errors.NoHardware` when the hardware is absent."""
+        ...
+
+
+@runtime_checkable
+class HealthCheck(Protocol):
+    """A collector that can tell whether its hardware is healthy (``fleetscope check``)."""
+
+    def health(self) -> list[Finding]: ...
+
+
+@runtime_checkable
+class HasRouters(Protocol):
+    """A collector that serves HTTP routes, each on the ``"main"`` or ``"push"`` app."""
+
+    def routers(self) -> list[tuple[App, APIRouter]]: ...
+
+
+@runtime_checkable
+class Versioned(Protocol):
+    """A live collector that tells cheaply whether its series changed: a value that differs when they did."""
+
+    def generation(self) -> object: ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A collector holding a resource (a library session, a file) to release at shutdown."""
+
+    def close(self) -> None: ...
+
+
+def collector_class(entry: CollectorEntry) -> type[Collector]:
+    """The class an entry of the registry names, imported now."""
+    module_name, _, attr = entry.target.partition(":")
+    cls: type[Collector] = getattr(importlib.import_module(module_name), attr)
+    return cls
