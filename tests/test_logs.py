@@ -18,11 +18,15 @@ from tests.conftest import ROOT
 
 @pytest.fixture
 def restore_root() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    """Put back every logger's handlers, propagation and level as they were."""
+    loggers = [logging.getLogger(), *(x for x in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(x, logging.Logger))]
+    saved = [(x, x.handlers[:], x.propagate, x.level) for x in loggers]
     yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+    for x, handlers, propagate, level in saved:
+        x.handlers[:] = handlers
+        x.propagate = propagate
+        x.setLevel(level)
 
 
 def lines(stream: io.StringIO) -> list[str]:
@@ -61,6 +65,9 @@ def test_json_lines_parse_and_keep_exceptions() -> None:
 
 @pytest.mark.usefixtures("restore_root")
 def test_library_records_take_the_same_path_and_setup_replaces_not_stacks() -> None:
+    uvicorn = logging.getLogger("uvicorn.error")
+    uvicorn.addHandler(logging.StreamHandler(io.StringIO()))  # as uvicorn's own logging setup does
+    uvicorn.propagate = False
     setup_logging(LogConfig(level="info"), io.StringIO())
     out = io.StringIO()
     setup_logging(LogConfig(level="info"), out)

@@ -74,3 +74,10 @@ def setup_logging(log: LogConfig, stream: TextIO | None = None, *, quiet: bool =
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # A library that installed its own console handler (uvicorn does, unless told not to) would print its
+    # records a second time, in its own format: they go through the one handler instead.
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.handlers:
+            for old in logger.handlers[:]:
+                logger.removeHandler(old)
+            logger.propagate = True
