@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,6 +21,21 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("FLEETSCOPE_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """A command run in a test (setup_logging) leaves no handler on a capture stream pytest closes after it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 def free_port() -> int:
