@@ -21,17 +21,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 HOST = "127.0.0.1"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
-# What Prometheus 2.x/3.x sends: OpenMetrics preferred, text 0.0.4 accepted, gzip.
+# The Accept headers Prometheus scrapes with (scrape/scrape.go), OpenMetrics first, always with
+# Accept-Encoding: gzip. 2.x before scrape_protocols (up to 2.48; Debian's 2.42 sends this):
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+# 3.x default scrape_protocols, UTF-8 names allowed:
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
 
 
@@ -82,19 +89,91 @@ class NodeShape:
 
 
 class SimTree:
-    """One node's sysfs/procfs tree (and GPU/ENA state files), kept moving by :meth:`tick`."""
+    """One node's sysfs/procfs tree (and GPU/ENA state files), kept moving by :meth:`tick`.
 
-    def __init__(self, shape: NodeShape, root: str, index: int = 0) -> None:
+    ``hard=True`` is the node of issue #16, the harder case for a scrape: a node
+    up for weeks, whose 1,150 EFA counters in both counter directories all hold
+    distinct, long values (the kernel-verbs error counters included), two counter
+    files that cannot be read, a Mellanox RDMA device beside the EFA ones, and the
+    container interfaces every Kubernetes node has.
+    """
+
+    UNREADABLE = (  # (device, directory below it, counter): a directory and a value that is no number
+        ("rdmap79s0", "hw_counters", "create_ah_err"),
+        ("rdmap80s0", "ports/1/hw_counters", "impaired_remote_conn_events"),
+    )
+
+    def __init__(self, shape: NodeShape, root: str, index: int = 0, hard: bool = False) -> None:
         from fleetscope.sim.node import Load, NodeModel
         from fleetscope.sim.tree import NodePaths, TreeWriter
 
         self.shape = shape
+        self.hard = hard
         self.paths = NodePaths(root)
         self.model = NodeModel(f"bench-{shape.label}", index, shape.profile(), seed=7 + index)
+        if hard:
+            self._seed_weeks_of_traffic(index)
         self.writer = TreeWriter(self.model, self.paths)
         self.writer.setup()
+        if hard:
+            self._add_hard_parts()
         self.load = Load(gpu_busy=dict.fromkeys(range(shape.gpus), 0.92), network=0.85)
         self._elapsed = 0.0
+
+    def _seed_weeks_of_traffic(self, index: int) -> None:
+        """Distinct counter values, as on a node that has moved traffic for weeks (set before the first write)."""
+        import random
+
+        rng = random.Random(f"hard:{index}")
+        seen: set[int] = set()
+
+        def distinct(low: int, high: int) -> int:
+            value = rng.randint(low, high)
+            while value in seen:
+                value += 1
+            seen.add(value)
+            return value
+
+        for efa in self.model.efa:
+            for name in efa.port:
+                big = name.endswith("bytes")
+                efa.port[name] = distinct(10**12, 9 * 10**12) if big else distinct(10**6, 9 * 10**9)
+            for name in (*efa.device, "alloc_mr_err", "get_dma_mr_err"):  # kernel verbs: newer drivers
+                efa.device[name] = distinct(1, 10**6)
+        for nic in self.model.nics:
+            for name in nic.stats:
+                nic.stats[name] = distinct(10**5, 10**13)
+        for table in (self.model.tcp, self.model.tcp_ext):
+            for name in table:
+                table[name] = distinct(10**3, 10**10)
+        for device, directory, counter in self.UNREADABLE:  # the model never writes these: _add_hard_parts does
+            efa = next(e for e in self.model.efa if e.name == device)
+            (efa.device if directory == "hw_counters" else efa.port).pop(counter)
+
+    def _add_hard_parts(self) -> None:
+        from fleetscope.sim.kernel_tree import DIRECTORY
+
+        sysfs = self.writer.sysfs
+        ib = sysfs.path("class", "infiniband")
+        for (device, directory, counter), bad in zip(self.UNREADABLE, (DIRECTORY, "N/A (no PMA)"), strict=True):
+            where = os.path.relpath(os.path.realpath(os.path.join(ib, device)), sysfs.root)
+            sysfs.remove(os.path.join(where, directory, counter))
+            sysfs.write(os.path.join(where, directory, counter), bad)
+        sysfs.rdma_device(
+            "mlx5_0", "0000:e1:00.0",
+            {"out_of_buffer": 31, "out_of_sequence": 7, "duplicate_request": 2, "rx_write_requests": 88812},
+            None, vendor="0x15b3", device_id="0x101d", driver="mlx5_core", numa_node=1, fw_ver="22.39.1002",
+            rate="200 Gb/sec (4X HDR)", link_layer="Ethernet", lifespan=10,
+            extra_port_dirs={"counters": {"port_rcv_data": 912_733_184, "port_xmit_data": 803_112_960}},
+        )
+        for i, name in enumerate(("docker0", "veth3c1a9f2", "eni8c3a1f2b9d0")):
+            sysfs.net_interface(name, {"rx_bytes": 10**8 + i, "tx_bytes": 2 * 10**8 + i},
+                                operstate="down" if name == "docker0" else "up", mtu=9001,
+                                address=f"02:42:5e:11:9a:{i:02x}")
+
+    def efa_counters(self) -> int:
+        """EFA counter files that hold a number (what a reader can export)."""
+        return sum(len(efa.port) + len(efa.device) for efa in self.model.efa)
 
     def tick(self, dt: float) -> None:
         self._elapsed += dt
@@ -234,8 +313,29 @@ class Service:
             self.process.wait(timeout=10)
 
 
+class Services:
+    """Starts services together, stops them all (by pid) however the block ends."""
+
+    def __init__(self) -> None:
+        self.started: list[Service] = []
+
+    def start(self, *services: Service, ready_timeout: float = 90.0) -> None:
+        for service in services:
+            service.start()
+            self.started.append(service)
+        for service in services:
+            service.wait_ready(ready_timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for service in reversed(self.started):
+            service.stop()
+
+
 def daemon_service(name: str, root: str, port: int, log_dir: str, collectors: Sequence[str],
-                   interval: str = "default") -> Service:
+                   interval: str = "default", pause_after: str = "") -> Service:
     """A fleetscope daemon over a simulated tree (see :mod:`benchmarks.nodeproc`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -243,6 +343,8 @@ def daemon_service(name: str, root: str, port: int, log_dir: str, collectors: Se
         del env[key]  # the caller's shell must not change what is measured
     argv = [sys.executable, "-m", "benchmarks.nodeproc", "--root", root, "--listen", f"{HOST}:{port}",
             "--collectors", ",".join(collectors), "--interval", interval]
+    if pause_after:
+        argv += ["--pause-after", pause_after]
     return Service(name, argv, port, os.path.join(log_dir, f"{name}.log"), ready_path="/readyz", env=env)
 
 
@@ -317,8 +419,10 @@ class KeepAliveClient:
             self._conn = None
 
 
-def scrape_headers(accept: str = PROMETHEUS_ACCEPT) -> dict[str, str]:
-    return {"Accept": accept, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/benchmark"}
+def scrape_headers(accept: str = PROMETHEUS_ACCEPT, timeout: float = 10.0) -> dict[str, str]:
+    """The headers of a Prometheus scrape request."""
+    return {"Accept": accept, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.42.0",
+            "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"}
 
 
 def metrics_text(port: int, path: str = "/metrics") -> str:
@@ -371,12 +475,19 @@ def concurrent_scrapes(port: int, clients: int, per_client: int, max_seconds: fl
 
 @dataclass
 class PacedScraper:
-    """Scrapes one target every ``interval`` seconds on a thread (a Prometheus stand-in)."""
+    """Scrapes one target every ``interval`` seconds on a thread (a Prometheus stand-in).
+
+    Prometheus's own request: its Accept and Accept-Encoding headers on a kept-alive
+    connection, unless ``headers`` (or ``on_body``, which wants the text format) says
+    otherwise. ``delay`` offsets the first scrape, as Prometheus spreads its targets.
+    """
 
     port: int
     interval: float
     path: str = "/metrics"
     on_body: Callable[[bytes], None] | None = None
+    headers: dict[str, str] | None = None
+    delay: float = 0.0
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -394,7 +505,9 @@ class PacedScraper:
 
     def _run(self, max_scrapes: int) -> None:
         client = KeepAliveClient(self.port)
-        headers = scrape_headers() if self.on_body is None else {"Accept": "text/plain;version=0.0.4"}
+        headers = self.headers or (scrape_headers() if self.on_body is None else {"Accept": "text/plain;version=0.0.4"})
+        if self._stop.wait(self.delay):
+            return
         next_at = time.monotonic()
         try:
             for _ in range(max_scrapes):

@@ -17,31 +17,28 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from benchmarks.harness import (
+    PROMETHEUS_ACCEPT,
     NodeShape,
     PacedScraper,
     PushOutcome,
     RankFleet,
     Service,
+    Services,
     SimTree,
     TreeTicker,
-    concurrent_scrapes,
     cpu_share,
     daemon_service,
     free_port,
     metrics_text,
-    node_exporter_service,
-    percentile,
     push_load,
     pushgateway_service,
     sample_process,
-    scrape_headers,
     step_record,
 )
 
-TEXT_ACCEPT = "text/plain;version=0.0.4"
 ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
 NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
 
@@ -54,10 +51,7 @@ class Settings:
     sustained_seconds: float = 60.0
     scrape_interval: float = 15.0  # the production Prometheus scrape interval
     steps_per_second: float = 2.0  # per rank: a fast 0.5 s training step
-    latency_scrapes: int = 300  # per client, two clients
     cycle_interval: float = 1.0  # collection interval of the daemon sampled for per-collector cycle times
-    compare_seconds: float = 30.0
-    compare_interval: float = 1.0  # scrape interval = collection interval in the side-by-side
     push_seconds: float = 5.0  # per push workload
     ingest_batch: int = 256  # the client's batch size (StepTracker(batch_size=256))
     client_calls: int = 20_000
@@ -68,9 +62,8 @@ class Settings:
 
     @classmethod
     def quick(cls, workdir: str) -> Settings:
-        return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, latency_scrapes=10, cycle_interval=0.5,
-                   compare_seconds=3.0, compare_interval=0.5, push_seconds=0.5, client_calls=500,
-                   client_bursts=3, burst_requests=1)
+        return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, cycle_interval=0.5, push_seconds=0.5,
+                   client_calls=500, client_bursts=3, burst_requests=1)
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -111,27 +104,6 @@ def owner_of(sample_name: str, owners: dict[str, str]) -> str:
     return "pushed groups" if not sample_name.startswith("fleetscope_") else "unmapped"
 
 
-class Services:
-    """Starts services together, stops them all (by pid) however the block ends."""
-
-    def __init__(self) -> None:
-        self.started: list[Service] = []
-
-    def start(self, *services: Service, ready_timeout: float = 90.0) -> None:
-        for service in services:
-            service.start()
-            self.started.append(service)
-        for service in services:
-            service.wait_ready(ready_timeout)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for service in reversed(self.started):
-            service.stop()
-
-
 # -- 1, 2, 4: the node under production settings -----------------------------------------------
 
 
@@ -169,14 +141,11 @@ class CycleStats:
 class NodeResults:
     variants: list[VariantResult]
     cycles: list[CycleStats]
-    latencies: list[float]
-    latency_errors: int
     series: dict[str, int]  # collector -> series
     series_total: int
     largest_metrics: list[tuple[str, int]]
     ingest: PushOutcome
     exposition_bytes: int
-    text_latencies: list[float] = field(default_factory=list)  # same test, Accept: text/plain 0.0.4 only
     peak_rss_after_ingest: int = 0
     burst: PushOutcome | None = None  # 8 ranks at once, bodies near push.max-body-bytes
     burst_records_per_body: int = 0
@@ -205,8 +174,9 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
     """Sustained run of every variant side by side, then latency, series and ingest on the p5 node."""
     from fleetscope.config import PushConfig
 
-    trees = [SimTree(shape, os.path.join(settings.workdir, f"node-{i}"), index=i) for i, shape in enumerate(VARIANTS)]
-    cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS))
+    trees = [SimTree(shape, os.path.join(settings.workdir, f"node-{i}"), index=i, hard=True)
+             for i, shape in enumerate(VARIANTS)]
+    cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS), hard=True)
     ticker = TreeTicker([*trees, cycle_tree], max_seconds=settings.sustained_seconds + 600)
     daemons = [daemon_service(f"daemon-{i}", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
                for i, tree in enumerate(trees)]
@@ -242,10 +212,6 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
             # Only the p5 node keeps its ranks pushing: the other variants would compete for the cores.
             pushes = [fleet.stop() for fleet in fleets[1:]]
             base = daemons[0]
-            log(f"  /metrics latency: 2 clients x {settings.latency_scrapes} scrapes, OpenMetrics then text")
-            latencies, latency_errors = concurrent_scrapes(base.port, 2, settings.latency_scrapes, max_seconds=120)
-            text_latencies, text_errors = concurrent_scrapes(
-                base.port, 2, settings.latency_scrapes, max_seconds=120, headers=scrape_headers(TEXT_ACCEPT))
             text = metrics_text(base.port)
             pushes.insert(0, fleets[0].stop())
             log("  ingest: 8 ranks, batched")
@@ -281,98 +247,14 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
         collector = owner_of(name, owners)
         series[collector] = series.get(collector, 0) + count
     largest = sorted(per_metric.items(), key=lambda item: -item[1])[:10]
-    return NodeResults(variants, cycles, latencies, latency_errors + text_errors, series, sum(per_metric.values()),
-                       largest, ingest, len(text.encode()), text_latencies, rss_after_ingest, burst, burst_batch,
-                       rss_after_burst)
+    return NodeResults(variants, cycles, series, sum(per_metric.values()), largest, ingest, len(text.encode()),
+                       rss_after_ingest, burst, burst_batch, rss_after_burst)
 
 
 def records_per_body(limit: int) -> int:
     """How many step records fit in a JSON body of at most ``limit`` bytes (with a margin)."""
     one = len(json.dumps(step_record("burst", 7, 123456, 8))) + 2
     return max(1, int(limit * 0.95) // one)
-
-
-# -- 5a: network collectors side by side --------------------------------------------------------
-
-
-@dataclass
-class ScrapeSide:
-    name: str
-    scrapes: int
-    median_seconds: float
-    p99_seconds: float
-    cpu_seconds_per_scrape: float
-    cpu_share: float
-    peak_rss_bytes: int
-    series: int
-    network_series: int  # without the exporter's own runtime/self metrics
-
-    @property
-    def cpu_us_per_series(self) -> float:
-        return 1e6 * self.cpu_seconds_per_scrape / self.network_series if self.network_series else math.nan
-
-
-@dataclass
-class NetCompare:
-    node_exporter: ScrapeSide | None
-    fleetscope: ScrapeSide
-    interval: float
-    note: str = ""
-
-
-def _self_metric(name: str) -> bool:
-    return name.startswith(("go_", "process_", "promhttp_", "node_scrape_", "node_exporter_", "fleetscope_collector_",
-                            "fleetscope_build_", "python_"))
-
-
-def measure_network(settings: Settings, log: Any = print) -> NetCompare:
-    tree = SimTree(NodeShape("p5 network"), os.path.join(settings.workdir, "node-net"), index=20)
-    tree.add_node_exporter_shim()
-    ticker = TreeTicker([tree], max_seconds=settings.compare_seconds + 600)
-    fleet = daemon_service("fleetscope", tree.paths.root, free_port(), settings.workdir, NET_COLLECTORS,
-                           interval=str(settings.compare_interval))
-    services_list: list[Service] = [fleet]
-    exporter = None
-    if settings.node_exporter:
-        exporter = node_exporter_service(settings.node_exporter, tree.paths.root, free_port(), settings.workdir)
-        services_list.append(exporter)
-    fleet.log_path = os.path.join(settings.workdir, "daemon-net.log")
-    with Services() as services:
-        log("  starting fleetscope (network collectors) and node_exporter on the same tree")
-        services.start(*services_list)
-        ticker.start()
-        scrapers = [PacedScraper(s.port, settings.compare_interval) for s in services_list]
-        try:
-            time.sleep(settings.compare_interval * 1.5)  # one fleetscope cycle at the new interval
-            for scraper in scrapers:
-                scraper.start()
-            time.sleep(settings.compare_interval)
-            counts0 = [len(sc.latencies) for sc in scrapers]
-            start = [sample_process(s.pid) for s in services_list]
-            log(f"  side by side: {settings.compare_seconds:.0f}s, one scrape per {settings.compare_interval}s each")
-            time.sleep(settings.compare_seconds)
-            end = [sample_process(s.pid) for s in services_list]
-            counts1 = [len(sc.latencies) for sc in scrapers]
-            for scraper in scrapers:
-                scraper.stop()
-            texts = [metrics_text(s.port) for s in services_list]
-        finally:
-            for scraper in scrapers:
-                scraper.stop()
-            ticker.stop()
-
-    sides = []
-    for service, scraper, s0, s1, c0, c1, text in zip(services_list, scrapers, start, end, counts0, counts1, texts,
-                                                        strict=True):
-        per_metric = series_by_metric(text)
-        scrapes = max(1, c1 - c0)
-        sides.append(ScrapeSide(
-            service.name, len(scraper.latencies), percentile(scraper.latencies, 50), percentile(scraper.latencies, 99),
-            (s1.cpu_seconds - s0.cpu_seconds) / scrapes, cpu_share(s0, s1), s1.hwm_bytes,
-            sum(per_metric.values()), sum(c for n, c in per_metric.items() if not _self_metric(n)),
-        ))
-    note = "" if exporter else "node_exporter binary not found: side by side skipped"
-    return NetCompare(sides[1] if exporter else None, sides[0], settings.compare_interval, note)
 
 
 # -- 3, 5b: push path ------------------------------------------------------------------------------
@@ -477,7 +359,7 @@ def measure_client(port: int, calls: int, bursts: int = 20) -> ClientCost:
 
 def measure_push(settings: Settings, log: Any = print) -> PushResults:
     root = os.path.join(settings.workdir, "node-push")
-    SimTree(NodeShape("push"), root, index=30)  # the daemon needs a tree; only the push endpoint is used
+    SimTree(NodeShape("push"), root, index=30, hard=True)  # the daemon needs a tree; only the push endpoint is used
     daemon = daemon_service("daemon-push", root, free_port(), settings.workdir, ("steps",))
     services_list: list[Service] = [daemon]
     gateway = None
@@ -545,8 +427,6 @@ def _profile(title: str, work: Any, calls: int, top: int = 10) -> ProfileResult:
 @dataclass
 class Profiles:
     items: list[ProfileResult]
-    # (how the body is made, CPU seconds per scrape): today's path and the cheaper ones the HTTP layer could take
-    render_options: list[tuple[str, float]] = field(default_factory=list)
 
 
 def _cpu_median(work: Any, calls: int) -> float:
@@ -559,23 +439,19 @@ def _cpu_median(work: Any, calls: int) -> float:
 
 
 def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profiles:
-    """cProfile, in this process, of the p5 node's /metrics rendering and of each background collector."""
-    import gzip
+    """cProfile, in this process, of the p5 node's scrape path and of each background collector."""
     import json as jsonlib
-
-    from prometheus_client import generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
     from benchmarks.nodeproc import node_flags
     from fleetscope.daemon import build_engine
-    from fleetscope.engine import CollectorRunner, Engine
-    from fleetscope.http import make_registry
+    from fleetscope.engine import CollectorRunner
+    from fleetscope.exposition import negotiate, render
     from fleetscope.push.models import parse_records
     from fleetscope.sim.gpufeed import GpuFeed
     from fleetscope.sim.nodeproc import build_node_collectors, node_config
 
-    log("  profiling /metrics rendering and each collector in-process")
-    tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-profile"), index=40)
+    log("  profiling the scrape path and each collector in-process")
+    tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-profile"), index=40, hard=True)
     tree.tick(1.0)
     config = node_config(tree.paths, "127.0.0.1:0", 15.0, node_flags(list(ALL_COLLECTORS), "default"))
     GpuFeed(tree.paths).install()
@@ -590,24 +466,17 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
             runner.run_once()
             results.append(_profile(f"collector {runner.name}: one collection", runner.collector.collect,
                                     max(3, calls // 3), top=6))
-    registry = make_registry(engine)
-    results.insert(0, _profile("/metrics body, OpenMetrics (what Prometheus negotiates) + gzip",
-                               lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls))
-    results.insert(1, _profile("/metrics body, text 0.0.4, no gzip", lambda: generate_latest(registry), calls))
-    # What a scrape would cost if background collectors' text were rendered once per reading and kept:
-    # only the live collectors (steps) and the engine's self-metrics are rendered per scrape.
-    live = make_registry(Engine([r for r in engine.runners if not isinstance(r, CollectorRunner)]))
-    kept = generate_latest(registry)
-    options = [
-        ("OpenMetrics + gzip level 9 (today: Prometheus's first choice, Starlette's default level)",
-         _cpu_median(lambda: gzip.compress(generate_openmetrics(registry), compresslevel=9), calls)),
-        ("text 0.0.4 + gzip level 9", _cpu_median(lambda: gzip.compress(generate_latest(registry), 9), calls)),
-        ("text 0.0.4 + gzip level 6", _cpu_median(lambda: gzip.compress(generate_latest(registry), 6), calls)),
-        ("text 0.0.4, background collectors' text kept per reading, live part rendered, gzip level 6",
-         _cpu_median(lambda: gzip.compress(kept + generate_latest(live), 6), calls)),
-    ]
+    om = negotiate(PROMETHEUS_ACCEPT)
+    efa = next(r for r in engine.runners if r.name == "efa")
+    assert isinstance(efa, CollectorRunner)
+    metrics = efa.snapshot()[1]
+    results.insert(0, _profile("one EFA reading rendered as OpenMetrics and deflated (once per reading)",
+                               lambda: render(metrics, om).deflated(), calls))
+    engine.exposition(om, compressed=True)  # the format is asked for: every background part is cached
+    results.insert(1, _profile("one scrape: the cached parts, the live `steps` part and self-metrics, gzip-framed",
+                               lambda: engine.exposition(om, compressed=True), calls))
     engine.stop()
-    return Profiles(results, options)
+    return Profiles(results)
 
 
 def median_or_nan(values: Sequence[float]) -> float:
@@ -635,6 +504,7 @@ def load_average() -> str:
 
 def environment(settings: Settings) -> Environment:
     import platform
+    import shutil
     from importlib import metadata
 
     from benchmarks.harness import binary_version
@@ -656,5 +526,7 @@ def environment(settings: Settings) -> Environment:
             versions[package] = "not installed"
     versions["node_exporter"] = binary_version(settings.node_exporter) if settings.node_exporter else "not installed"
     versions["pushgateway"] = binary_version(settings.pushgateway) if settings.pushgateway else "not installed"
+    prometheus = shutil.which("prometheus")
+    versions["prometheus"] = binary_version(prometheus) if prometheus else "not installed"
     return Environment(model, os.cpu_count() or 0, len(os.sched_getaffinity(0)), versions, load_average())
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE8 = os.path.join(HERE, "..", "tests", "fixtures", "nccl", "node8")
-HEADING = "## 4b. Series per node with the NCCL Inspector"
+HEADING = "## 6b. Series per node with the NCCL Inspector"
 
 
 @dataclass(frozen=True)

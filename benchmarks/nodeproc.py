@@ -21,11 +21,11 @@ from fleetscope.config import LogConfig
 from fleetscope.logs import setup_logging
 
 
-def node_flags(collectors: list[str], interval: str) -> dict[str, Any]:
+def node_flags(collectors: list[str], interval: str, pause_after: str = "") -> dict[str, Any]:
     """Config flags enabling exactly ``collectors``, at default intervals or one fixed interval."""
     from fleetscope.collectors import REGISTRY
 
-    flags: dict[str, Any] = {}
+    flags: dict[str, Any] = {"collection.pause-after": pause_after} if pause_after else {}
     for name, entry in REGISTRY.items():
         flags[f"collector.{name}"] = name in collectors
         if entry.live:
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True)
     parser.add_argument("--collectors", default="efa,netdev,netstat,ena,gpu,steps")
     parser.add_argument("--interval", default="default", help="'default' or seconds for every background collector")
+    parser.add_argument("--pause-after", default="", help="collection.pause-after (default: the daemon's)")
     args = parser.parse_args(argv)
     setup_logging(LogConfig(level="warning"))
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     collectors = [name for name in args.collectors.split(",") if name]
     paths = NodePaths(args.root)
-    config = node_config(paths, args.listen, 15.0, node_flags(collectors, args.interval))
+    config = node_config(paths, args.listen, 15.0, node_flags(collectors, args.interval, args.pause_after))
     if "gpu" in collectors:
         from fleetscope.sim.gpufeed import GpuFeed
 

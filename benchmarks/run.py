@@ -1,42 +1,82 @@
-"""Run the whole benchmark suite and regenerate ``docs/benchmarks.md``.
+"""Run the benchmark suite and regenerate ``docs/benchmarks.md``.
 
-    python3 benchmarks/run.py              # full run (about 2.5 minutes)
-    python3 benchmarks/run.py --quick      # smoke test: every section, tiny durations
-    python3 benchmarks/run.py --duration 300 --out /tmp/bench.md
+    python3 benchmarks/run.py              # full run (about 20 minutes)
+    python3 benchmarks/run.py --quick      # smoke test: every part, tiny durations
+    python3 benchmarks/run.py --parts side,idle --out /tmp/bench.md
 
 Needs the fleetscope package installed (``pip install -e .``) and, for the
-side-by-side sections, the Debian packages prometheus-node-exporter and
-prometheus-pushgateway (a missing binary skips its comparison and says so).
+side-by-side parts, the Debian packages prometheus-node-exporter, prometheus
+and prometheus-pushgateway (a missing binary skips its comparison and says so).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import measure, report
+from benchmarks import measure, nccl, report, scrape
 from benchmarks.harness import REPO_ROOT, find_binary
+
+# Each part: (name, what it measures, how to run it into the results). Run in this order.
+PARTS: tuple[tuple[str, str, Callable[[report.Results, Callable[[str], None], bool], None]], ...] = (
+    ("side", "scrape cost beside node_exporter (#16), repeated",
+     lambda r, log, quick: setattr(r, "side", scrape.measure_side_by_side(r.scrape_settings, log))),
+    ("prometheus", "the same pair scraped by a real Prometheus",
+     lambda r, log, quick: setattr(r, "prometheus", scrape.measure_prometheus(r.scrape_settings, log))),
+    ("idle", "idle cost and the number of scrapers",
+     lambda r, log, quick: setattr(r, "idle", scrape.measure_idle(r.scrape_settings, log))),
+    ("path", "what a scrape and a reading cost",
+     lambda r, log, quick: setattr(r, "path", scrape.measure_scrape_path(r.scrape_settings, log))),
+    ("node", "node variants: sustained CPU/RSS, series, ingest, bursts",
+     lambda r, log, quick: setattr(r, "node", measure.measure_node(r.settings, log))),
+    ("push", "push endpoint vs Pushgateway, client cost",
+     lambda r, log, quick: setattr(r, "push", measure.measure_push(r.settings, log))),
+    ("nccl", "series per node with the NCCL Inspector, reading cost",
+     lambda r, log, quick: setattr(r, "nccl", nccl.measure(5_000 if quick else 50_000))),
+    ("profiles", "cProfile of the scrape path and the collectors",
+     lambda r, log, quick: setattr(r, "profiles", measure.measure_profiles(r.settings, 5 if quick else 30, log))),
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="Tiny durations: checks the suite, not the figures.")
     parser.add_argument("--duration", type=float, default=None,
                         help="Seconds of the sustained CPU/RSS run (default 60; --quick: 3).")
+    parser.add_argument("--scrape-seconds", type=float, default=None,
+                        help="Seconds of each side-by-side run (default 120; --quick: 3).")
+    parser.add_argument("--repeat", type=int, default=None, help="Side-by-side runs (default 3; --quick: 1).")
+    parser.add_argument("--parts", default=",".join(name for name, _, _ in PARTS),
+                        help="Comma-separated parts to run: " + ", ".join(name for name, _, _ in PARTS) + ".")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "docs", "benchmarks.md"),
                         help="Report to write (default docs/benchmarks.md).")
     parser.add_argument("--workdir", default=None, help="Trees and logs (default: a temporary directory, removed).")
     parser.add_argument("--node-exporter", default=None, help="node_exporter binary.")
     parser.add_argument("--pushgateway", default=None, help="Pushgateway binary.")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    known = {name for name, _, _ in PARTS}
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(args.parts) - known)
+    if unknown:
+        parser.error(f"unknown parts {unknown}; choose from {sorted(known)}")
+    if args.duration is not None and args.duration <= 0:
+        parser.error("--duration must be > 0")
+    if args.scrape_seconds is not None and args.scrape_seconds <= 0:
+        parser.error("--scrape-seconds must be > 0")
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,36 +85,35 @@ def main(argv: list[str] | None = None) -> int:
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     workdir = args.workdir or tempfile.mkdtemp(prefix="fleetscope-bench-", dir=scratch)
     os.makedirs(workdir, exist_ok=True)
+    node_exporter = args.node_exporter or find_binary("prometheus-node-exporter", "/usr/bin/prometheus-node-exporter")
+    pushgateway = args.pushgateway or find_binary("prometheus-pushgateway", "/usr/bin/prometheus-pushgateway")
     base = measure.Settings.quick(workdir) if args.quick else measure.Settings(workdir)
-    overrides: dict[str, object] = {
-        "node_exporter": args.node_exporter or find_binary("prometheus-node-exporter",
-                                                           "/usr/bin/prometheus-node-exporter"),
-        "pushgateway": args.pushgateway or find_binary("prometheus-pushgateway", "/usr/bin/prometheus-pushgateway"),
-    }
+    overrides: dict[str, Any] = {"node_exporter": node_exporter, "pushgateway": pushgateway}
     if args.duration is not None:
-        if args.duration <= 0:
-            raise SystemExit("--duration must be > 0")
         overrides["sustained_seconds"] = args.duration
-    import dataclasses
+    settings = dataclasses.replace(base, **overrides)
+    scrape_base = (scrape.ScrapeSettings.quick(workdir, node_exporter) if args.quick
+                   else scrape.ScrapeSettings(workdir, node_exporter=node_exporter))
+    scrape_overrides: dict[str, Any] = {}
+    if args.scrape_seconds is not None:
+        scrape_overrides["seconds"] = args.scrape_seconds
+    if args.repeat is not None:
+        scrape_overrides["repeats"] = args.repeat
+    scrape_settings = dataclasses.replace(scrape_base, **scrape_overrides)
 
-    settings = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
     started = time.monotonic()
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results = report.Results(settings, scrape_settings, measure.environment(settings))
+    chosen = [part for part in PARTS if part[0] in args.parts]
     try:
-        env = measure.environment(settings)
-        print("[1/4] node: sustained run, latency, series, ingest", flush=True)
-        node = measure.measure_node(settings, log=_log)
-        print("[2/4] network collectors vs node_exporter", flush=True)
-        net = measure.measure_network(settings, log=_log)
-        print("[3/4] push endpoint vs Pushgateway, client cost", flush=True)
-        push = measure.measure_push(settings, log=_log)
-        print("[4/4] profiles", flush=True)
-        profiles = measure.measure_profiles(settings, calls=5 if args.quick else 30, log=_log)
-        env.load_after = measure.load_average()
+        for i, (_, what, run) in enumerate(chosen, 1):
+            print(f"[{i}/{len(chosen)}] {what}", flush=True)
+            run(results, _log, args.quick)
+        results.env.load_after = measure.load_average()
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    text = report.render(settings, env, date, node, net, push, profiles, args.quick, time.monotonic() - started)
+    text = report.render(results, date, args.quick, time.monotonic() - started)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -26,6 +26,7 @@ from benchmarks.harness import (
     step_record,
 )
 from benchmarks.measure import collector_of_metrics, owner_of
+from fleetscope.collectors import REGISTRY
 from tests.conftest import require_binary
 
 
@@ -76,6 +77,24 @@ def test_sim_tree_has_the_shape_and_moves(tmp_path: Path) -> None:
     assert int(read(counter)) > before
     assert len(json.loads(read(tree.paths.gpu_state))["gpus"]) == 2
     assert set(json.loads(read(tree.paths.ena_stats))) == {"ens32", "ens64", "ens96"}
+
+
+def test_hard_tree_is_issue_16s_node(tmp_path: Path) -> None:
+    from fleetscope.collectors.protocol import collector_class
+    from fleetscope.config import load
+
+    tree = SimTree(NodeShape("t"), str(tmp_path / "node"), hard=True)
+    tree.tick(1.0)
+    assert tree.efa_counters() == 32 * 36 - 2  # two of them unreadable
+    config = load({"path.sysfs": tree.paths.sysfs, "path.procfs": tree.paths.procfs}, environ={})
+    efa = collector_class(REGISTRY["efa"])(config)
+    counters = [s for f in efa.collect() for s in f.samples if s.name.endswith("_total")]
+    assert len(counters) == tree.efa_counters()  # the unreadable two are left out, every other one is read
+    assert len({s.value for s in counters}) == len(counters)  # distinct values
+    ib = os.listdir(os.path.join(tree.paths.sysfs, "class", "infiniband"))
+    assert "mlx5_0" in ib and len(ib) == 33
+    nets = set(os.listdir(os.path.join(tree.paths.sysfs, "class", "net")))
+    assert {"docker0", "veth3c1a9f2", "eni8c3a1f2b9d0", "ens32"} <= nets
 
 
 def test_node_exporter_reads_every_efa_device_after_the_shim(tmp_path: Path) -> None:
