@@ -23,12 +23,39 @@ RANK_KEY = "instance, training_job, rank"
 JOB_KEY = "cluster, training_job"
 STAGE_KEY = "cluster, training_job, pp_stage"
 
-# -- training -----------------------------------------------------------------------------------------
+# -- training: stragglers --------------------------------------------------------------------------
 
 # Median over a pipeline stage's ranks of each rank's rolling-median compute time.
 STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_median:median"
 # A rank's rolling-median compute time over its stage's median (1.0 = typical), with `gpu` from rank_info.
 RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median"
+# The same ratio, its median over the straggler window: the statistic a straggler is judged on.
+RANK_COMPUTE_RATIO_SMOOTHED = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median_smoothed"
+# A job's robust spread of the smoothed ratios: 1.4826 x their median absolute deviation from 1.
+JOB_COMPUTE_RATIO_SPREAD = "training_job:fleetscope_training_compute_seconds_median:ratio_robust_sd"
+# The smoothed ratio above which a rank of the job is a straggler.
+JOB_STRAGGLER_THRESHOLD = "training_job:fleetscope_training_compute_seconds_median:straggler_threshold"
+# Flagged ranks only: the smoothed ratio of every rank above its job's threshold.
+STRAGGLERS = "rank:fleetscope_training_straggler:compute_ratio"
+# The cause verdict: every flagged rank once, labelled `cause` (see STRAGGLER_CAUSES), value = its ratio.
+STRAGGLER_CAUSE = "rank:fleetscope_training_straggler:cause"
+# Flagged ranks per job and cause.
+JOB_STRAGGLER_CAUSES = "training_job:fleetscope_training_straggler:count_by_cause"
+# Per node (and GPU) evidence the verdict reads, one series per `cause` (gpu_xid, gpu_throttled, network).
+NODE_SLOWDOWN_CAUSES = "instance_gpu:fleetscope_slowdown_cause:present"
+
+# The causes, in the verdict's order (first match wins), with the words alerts and dashboards show.
+STRAGGLER_CAUSES: dict[str, str] = {
+    "gpu_xid": "an Xid on its GPU",
+    "gpu_throttled": "its GPU is throttled (thermal, HW slowdown, power brake) or clocked below its node's peers",
+    "input_wait": "it waits on its own input pipeline",
+    "network": "EFA retransmits, drops or errors, or ENA allowance shaping, on its node",
+    "host_cpu": "its GPU is less busy than its peers': the host does not feed it fast enough",
+    "unknown": "no GPU, input, network or host signal explains it: compare its code path, data shard and host",
+}
+
+# -- training: phases and pace ------------------------------------------------------------------------
+
 # Median over a job's ranks of each rank's rolling-median step time.
 JOB_STEP = "training_job:fleetscope_training_step_seconds_median:median"
 # Share of a rank's step time spent waiting for data / in exposed communication (rates over the window).
@@ -37,11 +64,17 @@ RANK_COMM_SHARE = "rank:fleetscope_training_comm_seconds_per_step_seconds:ratio_
 # The same shares, median over the job's ranks.
 JOB_DATA_SHARE = "training_job:fleetscope_training_data_seconds_per_step_seconds:median_ratio_rate"
 JOB_COMM_SHARE = "training_job:fleetscope_training_comm_seconds_per_step_seconds:median_ratio_rate"
+# A rank's typical exposed communication: its rolling-median comm time over its rolling-median step time
+# (a checkpoint or other rare stall, which every peer waits out, does not move it).
+RANK_COMM_SHARE_TYPICAL = "rank:fleetscope_training_comm_seconds_median:ratio_step_median"
+# The job's least-waiting rank's typical share: what every rank pays for the collectives, not waiting on a peer.
+JOB_MIN_COMM_SHARE = "training_job:fleetscope_training_comm_seconds_median:min_ratio_step_median"
 # Steps per second (mean over ranks) and tokens per second (sum over ranks) of a job.
 JOB_STEP_RATE = "training_job:fleetscope_training_steps:avg_rate"
 JOB_TOKEN_RATE = "training_job:fleetscope_training_tokens:rate"
-# Per node (and GPU) indicators that explain a straggler, one series per `cause`.
-NODE_SLOWDOWN_CAUSES = "instance_gpu:fleetscope_slowdown_cause:present"
+# How busy each rank's GPU was (SM activity where GPM reports it, else utilization), per rank.
+RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
+
 
 
 def rank_share(part: str) -> str:
@@ -54,14 +87,49 @@ def job_share(part: str) -> str:
     return {"data": JOB_DATA_SHARE, "comm": JOB_COMM_SHARE}[part]
 
 
+# -- training: goodput --------------------------------------------------------------------------------
+
+# A job's median step time, its median over the sustain window, and the lowest of that in the best window.
+JOB_STEP_SUSTAINED = "training_job:fleetscope_training_step_seconds_median:median_sustained"
+JOB_STEP_BEST = "training_job:fleetscope_training_step_seconds_median:best_sustained"
+# Best sustained step time over the current one (1 = at its best pace; 0 while stalled).
+JOB_GOODPUT = "training_job:fleetscope_training_goodput:ratio"
+# GPU-seconds lost per second against the best sustained step time: ranks x (1 - goodput).
+JOB_LOST_VS_BEST = "training_job:fleetscope_training_lost_gpu_seconds:rate_vs_best"
+# GPU-seconds lost per second, labelled `cause` (see GOODPUT_CAUSES).
+JOB_LOST_GPU_SECONDS = "training_job:fleetscope_training_lost_gpu_seconds:rate"
+GOODPUT_CAUSES: dict[str, str] = {
+    "straggler_wait": "ranks waiting in collectives for a slower peer",
+    "input_wait": "ranks waiting for their own input data",
+    "hang": "no step for several best step times (hang, checkpoint, restart)",
+    "silent_ranks": "ranks that stopped reporting while the others go on",
+}
+
+# -- training: repeat offenders -----------------------------------------------------------------------
+
+# Flagged ranks per node and job.
+NODE_JOB_STRAGGLERS = "instance_training_job:fleetscope_training_straggler:count"
+# 1 while a node had a flagged rank within the repeat gap (flags closer than that are one window), else 0
+# (for every scraped node, so the end of a window is a 1 -> 0 step even when the node then sits idle).
+NODE_STRAGGLER_FLAGGED = "instance:fleetscope_training_straggler:flagged"
+# Distinct jobs, and separate windows, in which a node's ranks were flagged within the repeat window.
+NODE_STRAGGLER_JOBS = "instance:fleetscope_training_straggler:jobs"
+NODE_STRAGGLER_WINDOWS = "instance:fleetscope_training_straggler:windows"
+
+
 # -- GPU ----------------------------------------------------------------------------------------------
 
+# Clock-event reasons that mean the GPU slowed itself down: not idle, not application clocks, not the power
+# cap every busy GPU hits (a GPU capped harder than its peers shows as a low clock instead).
+SLOWDOWN_REASONS = "hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"
 # Share of time a GPU's clocks were held down, per reason.
 GPU_THROTTLE_SHARE = "instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate"
 # A GPU's SM clock over the median SM clock of its node.
 GPU_CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"
 # Mean GPU utilization of a node.
 NODE_GPU_UTILIZATION = "instance:fleetscope_gpu_utilization_ratio:avg"
+# How busy a GPU was over the window: SM activity where GPM reports it, else utilization.
+GPU_BUSY = "instance_gpu:fleetscope_gpu_busy_ratio:avg_over_time"
 
 # -- network ------------------------------------------------------------------------------------------
 
@@ -115,6 +183,16 @@ NCCL_NODE_BUS_BANDWIDTH_BASELINE = (
 def indent(text: str, by: str = "  ") -> str:
     """Indent every line after the first, for an expression nested in another."""
     return text.replace("\n", "\n" + by)
+
+
+def silent_ranks(last_push: str, after: str) -> str:
+    """Ranks whose last push (``last_push``, a selector of fleetscope_training_last_push_timestamp_seconds)
+    is older than ``after`` seconds while another rank of the same job pushed within it."""
+    return (
+        f"time() - {last_push} > {after}\n"
+        f"and on (training_job)\n"
+        f"(time() - max by (training_job) ({last_push}) < {after})"
+    )
 
 
 def with_gpu(expr: str, rank_info: str) -> str:

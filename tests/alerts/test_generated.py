@@ -67,12 +67,13 @@ def test_selector_reaches_every_raw_series(fmt: str) -> None:
 
 
 def test_thresholds_and_windows_come_from_settings() -> None:
-    settings = dataclasses.replace(PRODUCTION, straggler_ratio=1.2, rate_window="2m", input_for="7m")
+    settings = dataclasses.replace(PRODUCTION, straggler_min_excess=0.05, rate_window="2m", input_for="7m")
     rules = {
         (rule.get("alert") or rule.get("record"), rule.get("labels", {}).get("severity")): rule
         for rule in iter_rules(yaml.safe_load(render(settings))["groups"])
     }
-    assert rules[("TrainingStragglerRank", "warning")]["expr"].endswith("> 1.2")
+    threshold = rules[("training_job:fleetscope_training_compute_seconds_median:straggler_threshold", None)]["expr"]
+    assert "0.05\n" in threshold and "0.03" not in threshold
     assert rules[("TrainingInputBound", "warning")]["for"] == "7m"
     assert "[2m]" in rules[("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate", None)]["expr"]
     assert "[2m]" in rules[("GpuPcieReplaysHigh", "warning")]["expr"]
@@ -87,7 +88,8 @@ def test_runbook_base_url_is_configurable() -> None:
 
 @pytest.mark.parametrize("change, reason", [
     ({"slowdown_ratio": 1.02}, "slowdown_ratio"),  # would alert on diurnal swings
-    ({"straggler_critical_score": 0.95}, "straggler_critical_score"),  # critical must be stricter than warning
+    ({"straggler_critical_score": 0.99}, "straggler_critical_score"),  # critical must be stricter than warning
+    ({"straggler_min_excess": 0.01}, "straggler_min_excess"),  # flags healthy ranks
     ({"hang_min_seconds": 3600.0}, "hang_min_seconds"),
     ({"input_for": "ten minutes"}, "Prometheus duration"),
     ({"evaluation_interval": "5"}, "Prometheus duration"),

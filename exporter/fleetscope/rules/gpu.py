@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from fleetscope.metrics import gpu as gpu_metrics
 from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
-from fleetscope.signals import GPU_CLOCK_RATIO, GPU_THROTTLE_SHARE, NODE_GPU_UTILIZATION
+from fleetscope.signals import (
+    GPU_BUSY,
+    GPU_CLOCK_RATIO,
+    GPU_THROTTLE_SHARE,
+    NODE_GPU_UTILIZATION,
+    SLOWDOWN_REASONS,
+)
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
 
@@ -24,17 +31,23 @@ HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
 
 
 def recording_rules(s: Settings) -> Group:
-    sm_clock = sel(s, "fleetscope_gpu_clock_hertz", 'clock="sm"')
+    sm_clock = sel(s, gpu_metrics.CLOCK_HERTZ, 'clock="sm"')
     return Group("fleetscope-gpu.rules", (
         # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
         # for the others the sampled 0/1 state stands in.
         Record(GPU_THROTTLE_SHARE, (
-            f"rate({sel(s, 'fleetscope_gpu_throttle_seconds_total')}[{s.rate_window}])\n"
+            f"rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL)}[{s.rate_window}])\n"
             f"or\n"
-            f"avg_over_time({sel(s, 'fleetscope_gpu_throttle_active')}[{s.rate_window}])"
+            f"avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE)}[{s.rate_window}])"
         )),
         Record(GPU_CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
-        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, 'fleetscope_gpu_utilization_ratio')})"),
+        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, gpu_metrics.UTILIZATION_RATIO)})"),
+        # SM activity (GPM, Hopper+) says whether kernels keep the SMs busy; utilization only that one ran.
+        Record(GPU_BUSY, (
+            f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{s.rate_window}])\n"
+            f"or\n"
+            f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{s.rate_window}])"
+        )),
     ))
 
 
@@ -49,27 +62,28 @@ def alert_rules(s: Settings) -> Group:
     known = [HARMLESS_XID]
     for name, severity, actions, advice in XID_CLASSES:
         known.append(actions)
-        xid = sel(s, "fleetscope_gpu_xid_errors_total", f'action=~"(?i)({actions})"')
+        xid = sel(s, gpu_metrics.XID_ERRORS_TOTAL, f'action=~"(?i)({actions})"')
         alerts.append(Alert(
             name, new_or_increased(xid, s.xid_window), severity,  # type: ignore[arg-type]
             "A GPU reported an Xid whose catalog action is " + actions.split("|")[0] + ".",
             f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
             f"{s.xid_window}. {advice}",
         ))
-    inspect = sel(s, "fleetscope_gpu_xid_errors_total", f'action!~"(?i)({"|".join(known)})"')
+    inspect = sel(s, gpu_metrics.XID_ERRORS_TOTAL, f'action!~"(?i)({"|".join(known)})"')
     alerts.append(Alert(
         "GpuXidNeedsInspection", new_or_increased(inspect, s.xid_window), "critical",
         "A GPU reported an Xid that needs hardware inspection or a vendor case.",
         f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
         f"{s.xid_window}. Drain the node and follow the catalog action (mechanics, firmware, UVM or support).",
     ))
-    nvml, pci, expected = (sel(s, f"fleetscope_gpu_{n}") for n in ("nvml_devices", "pci_devices", "expected_devices"))
-    node_pci = sel(s, "fleetscope_gpu_pci_devices", 'instance="%s"')
-    node_expected = sel(s, "fleetscope_gpu_expected_devices", 'instance="%s"')
-    uncorrected = sel(s, "fleetscope_gpu_ecc_errors_total", 'error_type="uncorrected", counter_type="volatile"')
+    nvml, pci, expected = (
+        sel(s, spec) for spec in (gpu_metrics.NVML_DEVICES, gpu_metrics.PCI_DEVICES, gpu_metrics.EXPECTED_DEVICES))
+    node_pci = sel(s, gpu_metrics.PCI_DEVICES, 'instance="%s"')
+    node_expected = sel(s, gpu_metrics.EXPECTED_DEVICES, 'instance="%s"')
+    uncorrected = sel(s, gpu_metrics.ECC_ERRORS_TOTAL, 'error_type="uncorrected", counter_type="volatile"')
     alerts += [
         Alert(
-            "GpuLost", f"{sel(s, 'fleetscope_gpu_lost')} == 1", "critical",
+            "GpuLost", f"{sel(s, gpu_metrics.LOST)} == 1", "critical",
             "NVML lost a GPU.",
             f"{GPU_LABELS} is lost to NVML (fallen off the bus or not responding). Drain and reboot the node.",
             s.gpu_state_for,
@@ -85,7 +99,7 @@ def alert_rules(s: Settings) -> Group:
             s.gpu_state_for,
         ),
         Alert(
-            "GpuRecoveryActionRequired", f"{sel(s, 'fleetscope_gpu_recovery_action')} > 0", "critical",
+            "GpuRecoveryActionRequired", f"{sel(s, gpu_metrics.RECOVERY_ACTION)} > 0", "critical",
             "The driver asks for a recovery action on a GPU.",
             f"{GPU_LABELS} reports recovery action {{{{ $value }}}} "
             "(1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
@@ -99,18 +113,18 @@ def alert_rules(s: Settings) -> Group:
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
         Alert(
-            "GpuRowRemapFailed", f"{sel(s, 'fleetscope_gpu_row_remap_failed')} == 1", "critical",
+            "GpuRowRemapFailed", f"{sel(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
             "A GPU failed to remap a memory row.",
             f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
         ),
         Alert(
-            "GpuRowRemapPending", f"{sel(s, 'fleetscope_gpu_row_remap_pending')} == 1", "warning",
+            "GpuRowRemapPending", f"{sel(s, gpu_metrics.ROW_REMAP_PENDING)} == 1", "warning",
             "A GPU has a row remap pending until it is reset.",
             f"{GPU_LABELS} has a pending row remap; it takes effect at the next GPU reset.",
             s.gpu_state_for,
         ),
     ]
-    corrected = sel(s, "fleetscope_gpu_ecc_errors_total", 'error_type="corrected", counter_type="volatile"')
+    corrected = sel(s, gpu_metrics.ECC_ERRORS_TOTAL, 'error_type="corrected", counter_type="volatile"')
     cw = s.ecc_corrected_window
     alerts += [
         Alert(
@@ -127,8 +141,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuThrottled",
-            f'{GPU_THROTTLE_SHARE}{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake"}} '
-            f"> {num(s.throttle_share)}",
+            f'{GPU_THROTTLE_SHARE}{{reason=~"{SLOWDOWN_REASONS}"}} > {num(s.throttle_share)}',
             "warning",
             "A GPU is throttled by temperature, HW slowdown or power brake.",
             f"{GPU_LABELS} spent {{{{ $value | humanizePercentage }}}} of the last {w} in clock event "
@@ -138,9 +151,9 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "GpuTemperatureNearSlowdown",
             (
-                f"{sel(s, 'fleetscope_gpu_temperature_celsius')}\n"
+                f"{sel(s, gpu_metrics.TEMPERATURE_CELSIUS)}\n"
                 f"  >=\n"
-                f"{sel(s, 'fleetscope_gpu_slowdown_temperature_celsius')} - {num(s.temperature_margin_celsius)}"
+                f"{sel(s, gpu_metrics.SLOWDOWN_TEMPERATURE_CELSIUS)} - {num(s.temperature_margin_celsius)}"
             ),
             "warning",
             "A GPU runs close to its slowdown temperature.",
@@ -150,7 +163,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuPcieReplaysHigh",
-            f"rate({sel(s, 'fleetscope_gpu_pcie_replays_total')}[{w}]) > {num(s.pcie_replays_per_second)}",
+            f"rate({sel(s, gpu_metrics.PCIE_REPLAYS_TOTAL)}[{w}]) > {num(s.pcie_replays_per_second)}",
             "warning",
             "A GPU's PCIe link replays packets at a high rate.",
             f"{GPU_LABELS} replays {{{{ printf \"%.2f\" $value }}}} PCIe packets per second "
@@ -159,7 +172,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuNvlinkErrors",
-            f"rate({sel(s, 'fleetscope_gpu_nvlink_errors_total')}[{w}]) > {num(s.nvlink_errors_per_second)}",
+            f"rate({sel(s, gpu_metrics.NVLINK_ERRORS_TOTAL)}[{w}]) > {num(s.nvlink_errors_per_second)}",
             "warning",
             "A GPU's NVLink reports errors.",
             f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} counts {{{{ printf \"%.2f\" $value }}}} "
@@ -167,7 +180,7 @@ def alert_rules(s: Settings) -> Group:
             s.nvlink_for,
         ),
         Alert(
-            "GpuNvlinkDown", f"{sel(s, 'fleetscope_gpu_nvlink_up')} == 0", "critical",
+            "GpuNvlinkDown", f"{sel(s, gpu_metrics.NVLINK_UP)} == 0", "critical",
             "An NVLink of a GPU is down.",
             f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} is down.",
             s.nvlink_down_for,
@@ -177,7 +190,7 @@ def alert_rules(s: Settings) -> Group:
             (
                 f"{GPU_CLOCK_RATIO} < {num(s.clock_peer_ratio)}\n"
                 f"and on (instance, gpu)\n"
-                f"{sel(s, 'fleetscope_gpu_utilization_ratio')} > {num(s.clock_busy_ratio)}"
+                f"{sel(s, gpu_metrics.UTILIZATION_RATIO)} > {num(s.clock_busy_ratio)}"
             ),
             "warning",
             "A busy GPU's SM clock sits well below its peers on the node.",

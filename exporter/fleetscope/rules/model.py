@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from fleetscope.metrics import MetricSpec, lookup
 from fleetscope.rules.settings import Settings
 
 Severity = Literal["critical", "warning", "info"]
@@ -34,12 +35,24 @@ Rule = Record | Alert
 class Group:
     name: str
     rules: tuple[Rule, ...]
+    interval: str = ""  # empty: the settings' evaluation_interval
 
 
-def sel(settings: Settings, metric: str, matchers: str = "") -> str:
-    """``metric{<target selector>, matchers}``: every raw series is read through the selector."""
+# Series Prometheus adds to every target; everything else a rule reads raw is in the metric contract.
+PROMETHEUS_SERIES = frozenset({"up"})
+
+
+def sel(settings: Settings, metric: MetricSpec | str, matchers: str = "") -> str:
+    """``metric{<target selector>, matchers}``: every raw series is read through the selector.
+
+    ``metric`` is a spec of :mod:`fleetscope.metrics` (or its name, checked against the contract):
+    a rule cannot read a metric the daemon does not export.
+    """
+    name = str(metric)
+    if name not in PROMETHEUS_SERIES:
+        lookup(name)
     inner = ", ".join(part for part in (settings.selector, matchers) if part)
-    return f"{metric}{{{inner}}}"
+    return f"{name}{{{inner}}}"
 
 
 def num(value: float) -> str:

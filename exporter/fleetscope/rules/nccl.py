@@ -38,14 +38,15 @@ from fleetscope.signals import (
     NCCL_RANK_COMM_WAIT,
     NCCL_RANK_RATIO,
     NCCL_RANK_WAIT,
-    RANK_COMPUTE_RATIO,
+    RANK_COMPUTE_RATIO_SMOOTHED,
     RANK_KEY,
+    STRAGGLERS,
     indent,
 )
 
 COLLECTIVE_KEY = "comm, collective, size_bucket"
 RANK_COMM_KEY = "instance, training_job, rank, comm, comm_rank"
-NETWORK_CAUSES = "efa_retransmits|efa_errors"
+NETWORK_CAUSES = "network"
 
 
 def _rate(s: Settings, metric: object) -> str:
@@ -115,18 +116,18 @@ def recording_rules(s: Settings) -> Group:
     return Group("fleetscope-nccl.rules", rules)
 
 
-def _step_time_verdict(s: Settings) -> str:
+def _step_time_verdict() -> str:
     """Template: what the step-time straggler rule says about the same rank, when the job pushes step timings."""
-    ratio = num(s.straggler_ratio)
-    this_rank = f'{RANK_COMPUTE_RATIO}{{training_job="%s",rank="%s"}}'
-    other_ranks = f'{RANK_COMPUTE_RATIO}{{training_job="%s",rank!="%s"}} > {ratio}'
-    any_rank = f'{RANK_COMPUTE_RATIO}{{training_job="%s"}}'
+    this_rank = f'{RANK_COMPUTE_RATIO_SMOOTHED}{{training_job="%s",rank="%s"}}'
+    flagged = f'{STRAGGLERS}{{training_job="%s",rank="%s"}}'
+    other_ranks = f'{STRAGGLERS}{{training_job="%s",rank!="%s"}}'
+    any_rank = f'{RANK_COMPUTE_RATIO_SMOOTHED}{{training_job="%s"}}'
     return (
         f"{{{{ with printf `{this_rank}` $labels.training_job $labels.rank | query }}}}"
         "{{ with index . 0 }} Step timings: its compute time is {{ printf \"%.2f\" .Value }}x its stage median"
-        f"{{{{ if gt .Value {ratio} }}}}, so the step-time straggler rule agrees.{{{{ else }}}}, not slower "
-        "than its peers: the delay comes before or after its timed compute (input, host CPU, a synchronisation "
-        "in the training loop).{{ end }}{{ end }}"
+        f"{{{{ end }}}}{{{{ with printf `{flagged}` $labels.training_job $labels.rank | query }}}}, so the "
+        "step-time straggler rule agrees.{{ else }}, not slower than its peers: the delay comes before or after "
+        "its timed compute (input, host CPU, a synchronisation in the training loop).{{ end }}"
         f"{{{{ with printf `{other_ranks}` $labels.training_job $labels.rank | query }}}} Step timings name rank"
         "{{ range $i, $r := . }}{{ if $i }},{{ end }} {{ $r.Labels.rank }}{{ end }} as slow.{{ end }}"
         f"{{{{ else }}}}{{{{ with printf `{any_rank}` $labels.training_job | query }}}}{{{{ else }}}} This job "
@@ -178,15 +179,15 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "NcclLateRank", late, "warning",
             "One rank arrives last at its NCCL collectives and the others wait for it (NCCL Inspector).",
-            arrives + wait + _step_time_verdict(s),
+            arrives + wait + _step_time_verdict(),
             s.nccl_late_for,
         ),
         Alert(
             "NcclLateRank",
-            f"(\n  {indent(late)}\n)\nand on ({RANK_KEY})\n{RANK_COMPUTE_RATIO} > {num(s.straggler_ratio)}",
+            f"(\n  {indent(late)}\n)\nand on ({RANK_KEY})\n{STRAGGLERS}",
             "critical",
             "One rank arrives last at its NCCL collectives and its step timings confirm it computes slower.",
-            arrives + wait + _step_time_verdict(s),
+            arrives + wait + _step_time_verdict(),
             s.nccl_late_for,
         ),
         Alert(

@@ -6,6 +6,7 @@ growth (drops, retransmit timeouts, remote events, work-request errors).
 
 from __future__ import annotations
 
+from fleetscope.metrics import efa, netstat
 from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import EFA_RATE_COUNTERS, TCP_RETRANSMIT_RATIO, efa_rate, indent, interface_ratio
@@ -31,8 +32,8 @@ def recording_rules(s: Settings) -> Group:
     ]
     rules.append(Record(
         TCP_RETRANSMIT_RATIO,
-        f"rate({sel(s, 'fleetscope_tcp_retransmitted_segments_total')}[{w}])\n  /\n"
-        f"rate({sel(s, 'fleetscope_tcp_out_segments_total')}[{w}])",
+        f"rate({sel(s, netstat.RETRANSMITTED_SEGMENTS_TOTAL)}[{w}])\n  /\n"
+        f"rate({sel(s, netstat.OUT_SEGMENTS_TOTAL)}[{w}])",
     ))
     for what in ("errors", "dropped"):
         pieces = [
@@ -74,18 +75,18 @@ def alert_rules(s: Settings) -> Group:
     alerts = [
         Alert(
             "EfaDevicesMissing",
-            f"{sel(s, 'fleetscope_efa_devices')} < {sel(s, 'fleetscope_efa_expected_devices')}",
+            f"{sel(s, efa.DEVICES)} < {sel(s, efa.EXPECTED_DEVICES)}",
             "critical",
             "A node has fewer EFA devices than expected.",
             "{{ $labels.instance }} has {{ $value }} EFA devices"
-            f"{{{{ with printf `{sel(s, 'fleetscope_efa_expected_devices', 'instance=%q')}` "
+            f"{{{{ with printf `{sel(s, efa.EXPECTED_DEVICES, 'instance=%q')}` "
             "$labels.instance | query }}"
             ", {{ . | first | value }} expected{{ end }}.",
             s.efa_missing_for,
         ),
         Alert(
             "EfaRxDrops",
-            f"rate({sel(s, 'fleetscope_efa_rx_drops_total')}[{w}]) > {num(s.efa_rx_drops_per_second)}",
+            f"rate({sel(s, efa.RX_DROPS_TOTAL)}[{w}]) > {num(s.efa_rx_drops_per_second)}",
             "warning",
             "An EFA device drops received packets.",
             f"{EFA_PORT} drops {{{{ printf \"%.1f\" $value }}}} received packets per second.",

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import yaml
 
-from fleetscope.rules import gpu, nccl, network, selfmon, training
+from fleetscope.rules import causes, goodput, gpu, nccl, network, offenders, selfmon, training
 from fleetscope.rules.model import Alert, Group, Record, Rule
 from fleetscope.rules.settings import PRESETS, Settings
 
@@ -28,12 +28,14 @@ def build_groups(settings: Settings) -> list[Group]:
         gpu.recording_rules(settings),
         network.recording_rules(settings),
         nccl.recording_rules(settings),
-        training.cause_rules(settings),
+        causes.recording_rules(settings),
+        goodput.recording_rules(settings),
         training.alert_rules(settings),
         gpu.alert_rules(settings),
         network.alert_rules(settings),
         nccl.alert_rules(settings),
         selfmon.alert_rules(settings),
+        offenders.rules(settings),
     ]
 
 
@@ -65,8 +67,9 @@ def groups_dict(settings: Settings) -> list[dict[str, Any]]:
     out = []
     for group in build_groups(settings):
         entry: dict[str, Any] = {"name": group.name}
-        if settings.evaluation_interval:
-            entry["interval"] = settings.evaluation_interval
+        interval = group.interval or settings.evaluation_interval
+        if interval:
+            entry["interval"] = interval
         entry["rules"] = [rule_dict(rule, settings) for rule in group.rules]
         out.append(entry)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleetscope.metrics import engine, push
 from fleetscope.rules.model import Alert, Group, num, sel
 from fleetscope.rules.settings import Settings
 
@@ -18,9 +19,9 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "FleetscopeCollectorFailing",
             (
-                f"{sel(s, 'fleetscope_collector_success')} == 0\n"
+                f"{sel(s, engine.COLLECTOR_SUCCESS)} == 0\n"
                 f"and on (instance, job, collector)\n"
-                f"{sel(s, 'fleetscope_collector_hardware_present')} == 1"
+                f"{sel(s, engine.COLLECTOR_HARDWARE_PRESENT)} == 1"
             ),
             "warning",
             "A fleetscope collector fails although its hardware is present.",
@@ -30,7 +31,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "FleetscopePushRejected",
-            f"rate({sel(s, 'fleetscope_push_rejected_total')}[{s.rate_window}]) > {num(s.push_rejected_per_second)}",
+            f"rate({sel(s, push.REJECTED_TOTAL)}[{s.rate_window}]) > {num(s.push_rejected_per_second)}",
             "warning",
             "fleetscope rejects step records pushed by training jobs.",
             "fleetscope on {{ $labels.instance }} rejects {{ printf \"%.2f\" $value }} pushed records per second "

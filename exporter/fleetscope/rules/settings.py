@@ -32,14 +32,24 @@ class Settings:
     runbook_base_url: str = "docs/runbooks.md"
     # Rule evaluation interval for every group; empty keeps Prometheus's global setting.
     evaluation_interval: str = ""
-    # Window for rate()/increase() of counters; also names the recording rules (rate5m).
+    # Window for rate()/increase() of counters.
     rate_window: str = "5m"
+    # Evaluation interval of the training groups (stragglers, their cause, the training alerts), whatever the
+    # global one: the straggler rule's time to detect is measured at it (docs/runbooks.md). Empty: global.
+    training_evaluation_interval: str = "30s"
 
-    # Training: ranks are compared only within their pipeline stage.
-    straggler_ratio: float = 1.10  # rank median compute / stage median (What-if S>=1.1, MegaScale ~10%)
+    # Training stragglers. A rank's rolling-median compute time over its pipeline stage's median (the
+    # instant ratio) is smoothed by its median over straggler_window; a rank is flagged when that
+    # smoothed ratio exceeds 1 + the larger of straggler_min_excess and the job's robust spread
+    # (1.4826 x MAD of the smoothed ratios) times (sqrt(2 ln N) + straggler_spread_margin), the
+    # expected largest of N healthy ranks plus a margin. See docs/runbooks.md#trainingstragglerrank.
+    straggler_window: str = "2m"
+    straggler_min_excess: float = 0.03  # healthy ranks stay within ~1% sustained; a 5% slower GPU reads ~1.048
+    straggler_spread_margin: float = 1.5  # robust SDs beyond the expected largest healthy rank
+    straggler_spread_min_ranks: float = 3.0  # fewer ranks than this: no spread estimate, the floor alone
+    straggler_for: str = "1m"
     straggler_critical_score: float = 0.75  # stage median / rank median (NVRx default threshold)
-    straggler_for: str = "15m"
-    straggler_critical_for: str = "10m"
+    straggler_critical_for: str = "5m"
     straggler_node_fraction: float = 0.5  # more than this share of a node's ranks slow -> the node
     slowdown_ratio: float = 1.10  # job median step time vs its own baseline; never below 1.03 (diurnal 1-2%)
     slowdown_window: str = "15m"
@@ -105,23 +115,46 @@ class Settings:
     push_rejected_per_second: float = 0.0
     push_rejected_for: str = "10m"
 
-    # Causes named in straggler descriptions.
+    # The straggler cause verdict (first match wins): an Xid on the rank's GPU within cause_xid_window;
+    # its GPU held down (thermal, HW slowdown, power brake) for cause_throttle_share of the time or its SM
+    # clock below cause_clock_ratio of its node's median; its own data wait above input_warning_share; EFA
+    # retransmits above efa_retransmit_cause_per_second, EFA drops above efa_rx_drops_per_second, EFA
+    # error events or ENA allowance shaping above ena_allowance_per_second on its node; its GPU busy below
+    # cause_gpu_busy_ratio of the job's median GPU (the host does not feed it); else unknown.
+    cause_xid_window: str = "1h"
     cause_throttle_share: float = 0.1
     cause_clock_ratio: float = 0.9
+    cause_gpu_busy_ratio: float = 0.9
+
+    # Goodput: GPU-seconds lost per job, against its best sustained step time (the lowest median of its
+    # step time over goodput_sustain_window, within goodput_best_window). A job whose newest step is older
+    # than goodput_stall_multiple x that best step time is stalled (hang, checkpoint, restart).
+    goodput_sustain_window: str = "10m"
+    goodput_best_window: str = "24h"
+    goodput_stall_multiple: float = 3.0
+
+    # Repeat offenders: a node whose ranks were flagged slow in repeat_min_count distinct jobs, or in as
+    # many separate windows (flags less than repeat_gap apart merge), within repeat_window. Evaluated
+    # every repeat_interval: the 7-day look-back need not run at every evaluation.
+    repeat_window: str = "7d"
+    repeat_gap: str = "1h"
+    repeat_min_count: float = 3.0
+    repeat_interval: str = "10m"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith(("_for", "_window", "_offset")) and isinstance(value, str):
+            is_duration = f.name.endswith(("_for", "_window", "_offset", "_gap", "_interval"))
+            if is_duration and isinstance(value, str) and value:
                 seconds(value)
-        if self.evaluation_interval:
-            seconds(self.evaluation_interval)
         if not 0 < self.nccl_late_ratio < 1 or not 0 < self.nccl_bandwidth_ratio < 1:
             raise ValueError("nccl_late_ratio and nccl_bandwidth_ratio are shares of a typical value, in (0, 1)")
         if self.slowdown_ratio < 1.03:
             raise ValueError("slowdown_ratio below 1.03 alerts on diurnal swings (1-2%)")
-        if not 0 < self.straggler_critical_score < 1 / self.straggler_ratio:
-            raise ValueError("straggler_critical_score must flag ranks slower than the warning ratio")
+        if not 0 < self.straggler_critical_score < 1 / (1 + self.straggler_min_excess):
+            raise ValueError("straggler_critical_score must flag ranks slower than the warning threshold")
+        if self.straggler_min_excess < 0.02:
+            raise ValueError("straggler_min_excess below 0.02 flags healthy ranks (their sustained spread is ~1%)")
         if not self.hang_min_seconds <= self.hang_max_seconds:
             raise ValueError("hang_min_seconds must not exceed hang_max_seconds")
 
@@ -129,12 +162,14 @@ class Settings:
 PRODUCTION = Settings()
 
 # Time-compressed preset for the end-to-end simulation: scrape every 5s, rate windows of 1m,
-# for: of 30s-1m, hang clamp [30s, 5m], baseline 3m back. Thresholds are unchanged.
+# for: of 30s-1m, hang clamp [30s, 5m], baseline 3m back, look-backs of 2m. Thresholds are unchanged.
 E2E = dataclasses.replace(
     PRODUCTION,
     evaluation_interval="5s",
+    training_evaluation_interval="5s",
     rate_window="1m",
-    straggler_for="1m",
+    straggler_window="1m",
+    straggler_for="30s",
     straggler_critical_for="30s",
     slowdown_window="1m",
     slowdown_baseline_offset="3m",
@@ -168,6 +203,12 @@ E2E = dataclasses.replace(
     down_for="30s",
     collector_failing_for="30s",
     push_rejected_for="30s",
+    cause_xid_window="2m",
+    goodput_sustain_window="30s",
+    goodput_best_window="2m",
+    repeat_window="2m",
+    repeat_gap="20s",
+    repeat_interval="5s",
 )
 
 PRESETS: dict[str, Settings] = {"production": PRODUCTION, "e2e": E2E}

@@ -1,0 +1,115 @@
+"""The straggler cause verdict: one recording rule that alerts and dashboards both read.
+
+First the evidence on each node and GPU (an Xid, throttling or a low clock,
+network trouble), then, for every flagged rank, the first cause that fits, in
+the order of :data:`fleetscope.signals.STRAGGLER_CAUSES`: signals of the
+rank's own GPU and input pipeline come before trouble its whole node shares,
+and "unknown" is said out loud rather than guessed.
+"""
+
+from __future__ import annotations
+
+from fleetscope.metrics import efa, ena, gpu, training
+from fleetscope.rules.model import Group, Record, num, sel
+from fleetscope.rules.settings import Settings
+from fleetscope.signals import (
+    GPU_BUSY,
+    GPU_CLOCK_RATIO,
+    GPU_THROTTLE_SHARE,
+    JOB_KEY,
+    JOB_STRAGGLER_CAUSES,
+    NODE_SLOWDOWN_CAUSES,
+    RANK_GPU_BUSY,
+    RANK_KEY,
+    SLOWDOWN_REASONS,
+    STRAGGLER_CAUSE,
+    STRAGGLER_CAUSES,
+    STRAGGLERS,
+    efa_rate,
+    indent,
+    rank_share,
+)
+
+EFA_ERROR_EVENTS = (
+    efa.RETRANSMIT_TIMEOUT_EVENTS_TOTAL,
+    efa.UNRESPONSIVE_REMOTE_EVENTS_TOTAL,
+    efa.IMPAIRED_REMOTE_CONNECTION_EVENTS_TOTAL,
+)
+ENA_ALLOWANCES = (
+    ena.BW_IN_ALLOWANCE_EXCEEDED_TOTAL,
+    ena.BW_OUT_ALLOWANCE_EXCEEDED_TOTAL,
+    ena.PPS_ALLOWANCE_EXCEEDED_TOTAL,
+    ena.CONNTRACK_ALLOWANCE_EXCEEDED_TOTAL,
+    ena.LINKLOCAL_ALLOWANCE_EXCEEDED_TOTAL,
+)
+
+
+def tagged(expr: str, label: str, value: str) -> str:
+    return f'label_replace(\n  {indent(expr)},\n  "{label}", "{value}", "", ""\n)'
+
+
+def present(expr: str) -> str:
+    """1 for every series of ``expr`` (a filter), keeping its labels."""
+    return f"(\n  {indent(expr)}\n) * 0 + 1"
+
+
+def evidence(s: Settings) -> str:
+    """Per GPU (gpu_xid, gpu_throttled) and per node (network) evidence, value 1."""
+    xid = sel(s, gpu.XID_ERRORS_TOTAL)
+    cw = s.cause_xid_window
+    xid_recent = f"max by (instance, gpu) (\n  increase({xid}[{cw}]) > 0\n  or\n  ({xid} unless {xid} offset {cw})\n)"
+    throttled = (
+        f"max by (instance, gpu) ({GPU_THROTTLE_SHARE}{{reason=~\"{SLOWDOWN_REASONS}\"}})"
+        f" > {num(s.cause_throttle_share)}\n"
+        f"or\n"
+        f"max by (instance, gpu) ({GPU_CLOCK_RATIO}) < {num(s.cause_clock_ratio)}\n"
+        f"  and on (instance, gpu)\n"
+        f"max by (instance, gpu) ({GPU_BUSY}) > {num(s.clock_busy_ratio)}"
+    )
+    w = s.rate_window
+    network_signals = [
+        f"{efa_rate('retransmit_packets')} > {num(s.efa_retransmit_cause_per_second)}",
+        f"{efa_rate('rx_drops')} > {num(s.efa_rx_drops_per_second)}",
+        *(f"increase({sel(s, counter)}[{w}]) > 0" for counter in EFA_ERROR_EVENTS),
+        *(f"rate({sel(s, counter)}[{w}]) > {num(s.ena_allowance_per_second)}" for counter in ENA_ALLOWANCES),
+    ]
+    network = "max by (instance) (\n  " + "\n  or\n  ".join(network_signals) + "\n)"
+    return "\nor\n".join(
+        tagged(present(expr), "cause", cause)
+        for cause, expr in (("gpu_xid", xid_recent), ("gpu_throttled", throttled), ("network", network))
+    )
+
+
+def verdict(s: Settings) -> str:
+    """Every flagged rank once, with the first cause of :data:`STRAGGLER_CAUSES` that fits."""
+    host = (
+        f"{RANK_GPU_BUSY}\n"
+        f"  < on ({JOB_KEY}) group_left\n"
+        f"{num(s.cause_gpu_busy_ratio)} * quantile by ({JOB_KEY}) (0.5, {RANK_GPU_BUSY})"
+    )
+    conditions = {
+        "gpu_xid": f"{STRAGGLERS}\n  and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_xid\"}}",
+        "gpu_throttled": f"{STRAGGLERS}\n  and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_throttled\"}}",
+        "input_wait": f"{STRAGGLERS}\n  and on ({RANK_KEY})\n{rank_share('data')} > {num(s.input_warning_share)}",
+        "network": f"{STRAGGLERS}\n  and on (instance)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"network\"}}",
+        "host_cpu": f"{STRAGGLERS}\n  and on ({RANK_KEY})\n(\n  {indent(host)}\n)",
+        "unknown": STRAGGLERS,
+    }
+    assert list(conditions) == list(STRAGGLER_CAUSES), "the verdict tests the causes in the vocabulary's order"
+    return f"\nor on ({RANK_KEY})\n".join(tagged(expr, "cause", cause) for cause, expr in conditions.items())
+
+
+def recording_rules(s: Settings) -> Group:
+    rank_busy = (
+        f"max by (cluster, instance, training_job, rank, pp_stage, gpu) (\n"
+        f"  {sel(s, training.RANK_INFO)}\n"
+        f"    * on (instance, gpu) group_left ()\n"
+        f"  {GPU_BUSY}\n"
+        f")"
+    )
+    return Group("fleetscope-causes.rules", (
+        Record(NODE_SLOWDOWN_CAUSES, evidence(s)),
+        Record(RANK_GPU_BUSY, rank_busy),
+        Record(STRAGGLER_CAUSE, verdict(s)),
+        Record(JOB_STRAGGLER_CAUSES, f"count by ({JOB_KEY}, cause) ({STRAGGLER_CAUSE})"),
+    ), interval=s.training_evaluation_interval)

@@ -1,0 +1,88 @@
+"""Goodput: how much of a job's GPU time turns into progress, and where the rest goes.
+
+Against the job's own best sustained step time (the lowest median step time
+it held over ``goodput_sustain_window`` within ``goodput_best_window``), the
+goodput ratio is best / current step time, 0 while the job is stalled. The
+GPU-seconds lost per second are recorded by cause, each measured from the
+phases the ranks report, never modelled: ranks waiting in collectives for a
+slower peer (their exposed communication beyond the least-waiting rank's, both as
+rates: a checkpoint every peer waits out counts too),
+ranks waiting for their own input, every rank of a stalled job, and ranks
+gone silent while the others go on. One rank is one GPU.
+"""
+
+from __future__ import annotations
+
+from fleetscope import signals
+from fleetscope.metrics import training
+from fleetscope.rules.model import Group, Record, num, sel
+from fleetscope.rules.settings import Settings
+from fleetscope.signals import (
+    GOODPUT_CAUSES,
+    JOB_GOODPUT,
+    JOB_KEY,
+    JOB_LOST_GPU_SECONDS,
+    JOB_LOST_VS_BEST,
+    JOB_STEP,
+    JOB_STEP_BEST,
+    JOB_STEP_SUSTAINED,
+    indent,
+    rank_share,
+)
+
+
+def stalled(s: Settings) -> str:
+    """Jobs whose newest step is older than ``goodput_stall_multiple`` best step times, value = ranks."""
+    last_step = sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)
+    return (
+        f"count by ({JOB_KEY}) ({last_step})\n"
+        f"  and on ({JOB_KEY})\n"
+        f"(\n"
+        f"  time() - max by ({JOB_KEY}) ({last_step})\n"
+        f"    > on ({JOB_KEY})\n"
+        f"  {num(s.goodput_stall_multiple)} * {JOB_STEP_BEST}\n"
+        f")"
+    )
+
+
+def lost(s: Settings) -> str:
+    # `>= 0` drops the NaN of a rank without steps in the window (0/0).
+    waiting = (
+        f"sum by ({JOB_KEY}) (\n"
+        f"  ({rank_share('comm')} >= 0)\n"
+        f"    - on ({JOB_KEY}) group_left\n"
+        f"  min by ({JOB_KEY}) ({rank_share('comm')})\n"
+        f")"
+    )
+    own_input = f"sum by ({JOB_KEY}) ({rank_share('data')} >= 0)"
+    silent = signals.silent_ranks(sel(s, training.LAST_PUSH_TIMESTAMP_SECONDS), num(s.silent_after_seconds))
+    halted = stalled(s)
+    pieces = {
+        "straggler_wait": f"{waiting}\n  unless on ({JOB_KEY})\n({indent(halted)})",
+        "input_wait": f"{own_input}\n  unless on ({JOB_KEY})\n({indent(halted)})",
+        "hang": halted,
+        "silent_ranks": f"count by ({JOB_KEY}) (\n  {indent(silent)}\n)",
+    }
+    assert list(pieces) == list(GOODPUT_CAUSES)
+    return "\nor\n".join(
+        f'label_replace(\n  {indent(expr)},\n  "cause", "{cause}", "", ""\n)' for cause, expr in pieces.items()
+    )
+
+
+def recording_rules(s: Settings) -> Group:
+    ranks = f"count by ({JOB_KEY}) ({sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)})"
+    halted = stalled(s)
+    goodput = (
+        f"clamp_max({JOB_STEP_BEST} / on ({JOB_KEY}) {JOB_STEP}, 1)\n"
+        f"  unless on ({JOB_KEY})\n"
+        f"({indent(halted)})\n"
+        f"or\n"
+        f"({indent(halted)}) * 0"
+    )
+    return Group("fleetscope-goodput.rules", (
+        Record(JOB_STEP_SUSTAINED, f"quantile_over_time(0.5, {JOB_STEP}[{s.goodput_sustain_window}])"),
+        Record(JOB_STEP_BEST, f"min_over_time({JOB_STEP_SUSTAINED}[{s.goodput_best_window}])"),
+        Record(JOB_GOODPUT, goodput),
+        Record(JOB_LOST_VS_BEST, f"{ranks}\n  * on ({JOB_KEY})\n(1 - {JOB_GOODPUT})"),
+        Record(JOB_LOST_GPU_SECONDS, lost(s)),
+    ))
