@@ -1,7 +1,9 @@
-"""The shared straggler PromQL does what the tables claim, evaluated by Prometheus's own engine.
+"""The dashboards show what the rules decide, read from the same recording rules.
 
-``promtool test rules`` evaluates each expression over synthetic series: five
-ranks of one job, each given exactly one node-side problem.
+A straggler's cause is decided once, by the recording rule
+:data:`fleetscope.signals.STRAGGLER_CAUSE`: the TrainingStragglerRank alert
+takes its ``cause`` label from it and the dashboards' straggler tables query
+it, so an alert and a panel can never name different causes for one rank.
 """
 
 from __future__ import annotations
@@ -12,95 +14,85 @@ from typing import Any
 
 import yaml
 
+from fleetscope import dashboards
 from fleetscope.dashboards import exprs, substitute
+from fleetscope.signals import (
+    JOB_STRAGGLER_CAUSES,
+    NODE_SLOWDOWN_CAUSES,
+    RANK_COMPUTE_RATIO_SMOOTHED,
+    STRAGGLER_CAUSE,
+    STRAGGLER_CAUSES,
+)
+from tests.alerts.rulefiles import iter_rules, load_groups
 from tests.conftest import require_binary
+from tests.dashboards import require_module
+from tests.metrics.test_references import selector_names
+
+promql_parser = require_module("promql_parser")
 
 MATCHERS = substitute('cluster=~"$cluster", training_job=~"$training_job"')
-
-# rank -> (instance, gpu, compute median seconds)
-RANKS = {
-    "0": ("n1", "0", 1.0),  # healthy
-    "1": ("n1", "1", 1.0),  # Xid on its GPU
-    "2": ("n2", "0", 1.5),  # thermally throttled GPU, and 50% slower compute
-    "3": ("n2", "1", 1.0),  # slow input pipeline
-    "4": ("n3", "0", 1.0),  # node with EFA retransmits
-}
+RULES = list(iter_rules(load_groups("fleetscope.rules.yml")))
+QUERIES = dashboards.queries()
 
 
-def _series() -> list[dict[str, str]]:
-    out = []
-    for rank, (instance, gpu, compute) in RANKS.items():
-        labels = f'training_job="j", pp_stage="0", rank="{rank}", local_rank="{rank}", instance="{instance}"'
-        out += [
-            {"series": f"fleetscope_training_compute_seconds_median{{{labels}}}", "values": f"{compute}x15"},
-            {"series": f'fleetscope_training_rank_info{{{labels}, gpu="{gpu}", dp_rank="{rank}", world_size="5"}}',
-             "values": "1x15"},
-            {"series": f"fleetscope_training_steps_total{{{labels}}}", "values": "0+1x15"},
-            {"series": f"fleetscope_training_step_seconds_total{{{labels}}}", "values": "0+60x15"},
-            {"series": f"fleetscope_training_data_seconds_total{{{labels}}}",
-             "values": "0+6x15" if rank == "3" else "0+0.6x15"},
-        ]
-    out += [
-        {"series": 'fleetscope_gpu_xid_errors_total{instance="n1", gpu="1", uuid="u", xid="79", action="RESET_GPU"}',
-         "values": "0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
-        {"series": 'fleetscope_gpu_throttle_seconds_total{instance="n2", gpu="0", uuid="u", reason="hw_thermal"}',
-         "values": "0+30x15"},
-        # Idle is not a slowdown.
-        {"series": 'fleetscope_gpu_throttle_seconds_total{instance="n1", gpu="0", uuid="u", reason="gpu_idle"}',
-         "values": "0+60x15"},
-        {"series": 'fleetscope_efa_retransmit_packets_total{instance="n3", device="rdmap0", port="1"}',
-         "values": "0+600x15"},
-        {"series": 'fleetscope_efa_retransmit_packets_total{instance="n1", device="rdmap0", port="1"}',
-         "values": "0x15"},
-    ]
-    return out
+def selectors(expr: str) -> set[str]:
+    """Names of every series selector in ``expr`` (a query's variables already substituted)."""
+    return selector_names(expr)
 
 
-def _rank_labels(rank: str, *, with_gpu: bool = False) -> str:
-    instance, gpu, _ = RANKS[rank]
-    labels = f'{{instance="{instance}", pp_stage="0", rank="{rank}", training_job="j"'
-    return labels + (f', gpu="{gpu}"}}' if with_gpu else "}")
+def test_the_straggler_alert_and_the_dashboards_read_one_cause_recording_rule() -> None:
+    straggler_alerts = [r for r in RULES if r.get("alert") == "TrainingStragglerRank"]
+    assert {r["labels"]["severity"] for r in straggler_alerts} == {"warning", "critical"}
+    for rule in straggler_alerts:
+        assert selectors(rule["expr"]) == {STRAGGLER_CAUSE}, rule["expr"]
+        assert "$labels.cause" in rule["annotations"]["description"]
+    tables = [q for q in QUERIES if "flagged" in q.panel.lower() and "cause" in q.panel.lower()]
+    assert {q.dashboard for q in tables} == {"fleetscope-job", "fleetscope-fleet"}
+    for query in tables:
+        assert selectors(query.expr) & {STRAGGLER_CAUSE, JOB_STRAGGLER_CAUSES}, (query.panel, query.expr)
 
 
-def run_promtool(tmp_path: Path, tests: list[dict[str, Any]]) -> None:
+def test_the_cause_is_decided_in_one_recording_rule() -> None:
+    """Only the verdict writes a straggler's `cause`; its job count aggregates it, the evidence feeds it,
+    and no dashboard query labels a cause of its own."""
+    writers = {
+        r.get("record") or r.get("alert") for r in RULES if '"cause"' in r["expr"] and "label_replace" in r["expr"]
+    }
+    assert writers == {STRAGGLER_CAUSE, NODE_SLOWDOWN_CAUSES, "training_job:fleetscope_training_lost_gpu_seconds:rate"}
+    verdict = next(r for r in RULES if r.get("record") == STRAGGLER_CAUSE)
+    assert [c for c in STRAGGLER_CAUSES if f'"{c}"' in verdict["expr"]] == list(STRAGGLER_CAUSES)
+    for query in QUERIES:
+        assert "label_replace" not in query.expr, (query.dashboard, query.panel)
+
+
+def test_straggler_panels_read_the_statistic_the_rule_judges() -> None:
+    """No dashboard recomputes the stage ratio from the raw medians: the panels read the smoothed ratio."""
+    raw = "fleetscope_training_compute_seconds_median"
+    for query in QUERIES:
+        assert raw not in selectors(query.expr), (query.dashboard, query.panel)
+    readers = {(q.dashboard, q.panel) for q in QUERIES if RANK_COMPUTE_RATIO_SMOOTHED in selectors(q.expr)}
+    assert {d for d, _ in readers} == {"fleetscope-job", "fleetscope-fleet"}
+
+
+def test_cause_mappings_cover_every_cause() -> None:
+    assert set(exprs.cause_mappings()) == set(STRAGGLER_CAUSES)
+    assert all(text.startswith(cause) for cause, (text, _) in exprs.cause_mappings().items())
+
+
+def test_mean_step_seconds(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
+    labels = 'training_job="j", pp_stage="0", rank="0", local_rank="0", instance="n1"'
+    series: list[dict[str, Any]] = [
+        {"series": f"fleetscope_training_steps_total{{{labels}}}", "values": "0+1x15"},
+        {"series": f"fleetscope_training_step_seconds_total{{{labels}}}", "values": "0+60x15"},
+    ]
     (tmp_path / "empty.rules.yml").write_text("groups: []\n")
     (tmp_path / "test.yml").write_text(yaml.safe_dump({
         "rule_files": ["empty.rules.yml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": _series(), "promql_expr_test": tests}],
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [{
+            "expr": exprs.mean_step_seconds(MATCHERS, "training_job"), "eval_time": "10m",
+            "exp_samples": [{"labels": '{training_job="j"}', "value": 60}]}]}],
     }))
     result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_relative_compute_is_against_the_stage_median(tmp_path: Path) -> None:
-    run_promtool(tmp_path, [{
-        "expr": f"max by (rank) ({exprs.relative_compute(MATCHERS)})", "eval_time": "10m",
-        "exp_samples": [{"labels": f'{{rank="{r}"}}', "value": 1.5 if r == "2" else 1.0} for r in RANKS],
-    }])
-
-
-def test_likely_cause_picks_each_ranks_own_signal(tmp_path: Path) -> None:
-    expected = {"0": 0, "1": 1, "2": 2, "3": 3, "4": 4}
-    assert exprs.CAUSES[1][0].startswith("GPU Xid") and exprs.CAUSES[4][0].startswith("EFA")
-    run_promtool(tmp_path, [{
-        "expr": exprs.likely_cause(MATCHERS), "eval_time": "10m",
-        "exp_samples": [{"labels": _rank_labels(r), "value": code} for r, code in expected.items()],
-    }])
-
-
-def test_worst_ranks_and_their_causes_share_labels(tmp_path: Path) -> None:
-    run_promtool(tmp_path, [
-        {"expr": exprs.worst_ranks(MATCHERS, 1), "eval_time": "10m",
-         "exp_samples": [{"labels": _rank_labels("2", with_gpu=True), "value": 1.5}]},
-        {"expr": exprs.cause_of_worst_ranks(MATCHERS, 1), "eval_time": "10m",
-         "exp_samples": [{"labels": _rank_labels("2", with_gpu=True), "value": 2}]},
-    ])
-
-
-def test_mean_step_seconds(tmp_path: Path) -> None:
-    run_promtool(tmp_path, [{
-        "expr": exprs.mean_step_seconds(MATCHERS, "training_job"), "eval_time": "10m",
-        "exp_samples": [{"labels": '{training_job="j"}', "value": 60}],
-    }])

@@ -54,7 +54,7 @@ def test_substitute_forms_and_unknown_variables() -> None:
 
 def test_instant_flag_follows_the_target() -> None:
     by_key = {(q.dashboard, q.panel): q for q in ALL}
-    assert by_key[("fleetscope-fleet", "Worst stragglers")].instant
+    assert by_key[("fleetscope-fleet", "Flagged stragglers and their cause")].instant
     assert not by_key[("fleetscope-node", "GPU utilization")].instant
 
 

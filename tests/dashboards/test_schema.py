@@ -23,7 +23,7 @@ from tests.dashboards import require_module
 COMMITTED = dashboards.load()
 UIDS = list(COMMITTED)
 GRID_COLUMNS = 24
-BUILTIN_VARIABLES = {"__rate_interval", "__interval", "__range", "__url_time_range", "__field", "__data",
+BUILTIN_VARIABLES = {"__rate_interval", "__interval", "__range", "__range_s", "__url_time_range", "__field", "__data",
                      "__value", "__series"}
 REQUIRED_VARIABLES = {
     "fleetscope-fleet": ["datasource", "cluster"],
@@ -235,7 +235,7 @@ def test_table_field_references_exist() -> None:
             renames = transformations["organize"]["renameByName"]
             value_renames = {k: v for k, v in renames.items() if k.startswith("Value")}
             assert set(value_renames) <= produced, f"{uid}/{panel['title']}: renames unknown columns"
-            columns = set(value_renames.values()) | (produced - set(value_renames))
+            columns = set(value_renames.values()) | (produced - set(value_renames)) | set(renames.values())
             for override in panel["fieldConfig"]["overrides"]:
                 assert override["matcher"]["options"] in columns, f"{uid}/{panel['title']}: {override}"
             if "sortBy" in transformations:

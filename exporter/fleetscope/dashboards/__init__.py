@@ -40,6 +40,7 @@ QUERY_DEFAULTS: dict[str, str] = {
     "__rate_interval": "1m",
     "__interval": "1m",
     "__range": "1h",
+    "__range_s": "3600",
     "cluster": ".*",
     "instance": ".*",
     "gpu": ".*",

@@ -18,6 +18,7 @@ from fleetscope.dashboards.kit import (
     table_panel,
     timeseries_panel,
 )
+from fleetscope.signals import EFA_RATE_COUNTERS, efa_rate
 
 E = 'cluster=~"$cluster", instance=~"$instance"'
 RATE = "[$__rate_interval]"
@@ -25,7 +26,14 @@ NODE_SERIES_LINK = link("Node detail", node_url("${__field.labels.instance}"))
 
 
 def _per_node(counter: str, count: int = 10) -> str:
-    """The ``count`` nodes with the highest rate of ``counter``, summed over their EFA devices."""
+    """The ``count`` nodes with the highest rate of ``counter``, summed over their EFA devices.
+
+    Counters the rules already record per node (:data:`fleetscope.signals.EFA_RATE_COUNTERS`) are read
+    from the recording rule.
+    """
+    short = counter.removeprefix("fleetscope_efa_").removesuffix("_total")
+    if short in EFA_RATE_COUNTERS:
+        return f"topk({count}, {efa_rate(short)}{{{E}}})"
     return f"topk({count}, sum by (instance) (rate({counter}{{{E}}}{RATE})))"
 
 
@@ -43,7 +51,7 @@ def build() -> Any:
                    width=6,
                    description="Only nodes with a configured expected count (efa.expected-count) are checked."),
         stat_panel("Fabric throughput (tx)", "Bps", ok("blue"),
-                   Q(f"sum(rate(fleetscope_efa_tx_bytes_total{{{E}}}[5m]))"), width=6),
+                   Q(f"sum({efa_rate('tx_bytes')}{{{E}}})"), width=6),
     ]
     traffic = [
         timeseries_panel("Transmit per node (top 10)", "Bps", ok(),
@@ -55,7 +63,7 @@ def build() -> Any:
                          Q(_per_node("fleetscope_efa_rdma_write_bytes_total"), "{{instance}} write"),
                          links=[NODE_SERIES_LINK]),
         timeseries_panel("Bottom 10 nodes by transmit", "Bps", ok(),
-                         Q(f"bottomk(10, sum by (instance) (rate(fleetscope_efa_tx_bytes_total{{{E}}}{RATE})))",
+                         Q(f"bottomk(10, {efa_rate('tx_bytes')}{{{E}}})",
                            "{{instance}}"), links=[NODE_SERIES_LINK],
                          description="In a data-parallel job every node sends about the same; a low outlier is "
                                      "a node the collectives are waiting for."),

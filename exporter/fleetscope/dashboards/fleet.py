@@ -23,6 +23,17 @@ from fleetscope.dashboards.kit import (
     table_panel,
     timeseries_panel,
 )
+from fleetscope.metrics import training
+from fleetscope.rules.settings import PRODUCTION
+from fleetscope.signals import (
+    JOB_GOODPUT,
+    JOB_TOKEN_RATE,
+    NODE_STRAGGLER_JOBS,
+    NODE_STRAGGLER_WINDOWS,
+    RANK_COMPUTE_RATIO_SMOOTHED,
+    STRAGGLER_CAUSE,
+    efa_rate,
+)
 
 C = 'cluster=~"$cluster"'
 # Expected GPUs per node: the configured count, else the GPUs seen on the PCI bus (a GPU that fell off NVML
@@ -59,10 +70,8 @@ def build() -> Any:
                          instant=True),
                        description="Xid errors grouped by NVIDIA's immediate-action class (RESET_GPU, RESTART_BM...)."),
         timeseries_panel("EFA error rates", "cps", rising(1, 100),
-                         Q(f"sum by (instance) (rate(fleetscope_efa_retransmit_packets_total{{{C}}}"
-                           f"[$__rate_interval]))", "{{instance}} retransmits"),
-                         Q(f"sum by (instance) (rate(fleetscope_efa_rx_drops_total{{{C}}}[$__rate_interval]))",
-                           "{{instance}} drops"),
+                         Q(f"{efa_rate('retransmit_packets')}{{{C}}}", "{{instance}} retransmits"),
+                         Q(f"{efa_rate('rx_drops')}{{{C}}}", "{{instance}} drops"),
                          Q(f"sum by (instance) (rate(fleetscope_efa_impaired_remote_connection_events_total{{{C}}}"
                            f"[$__rate_interval]))", "{{instance}} impaired connections"),
                          width=8, links=[link("Node detail", node_url("${__field.labels.instance}"))],
@@ -80,31 +89,44 @@ def build() -> Any:
                     description="Per node, summed over its GPUs. A pending remap needs a GPU reset; "
                                 "a failed one, an RMA."),
     ]
+    warn, crit = exprs.STRAGGLER_WARN, exprs.STRAGGLER_CRIT
     jobs = [
         table_panel("Training jobs", "s", rising(600, 1800),
                     Q(exprs.mean_step_seconds(C, "cluster, training_job"), table=True),
-                    Q(f"sum by (cluster, training_job) (rate(fleetscope_training_tokens_total{{{C}}}[5m]))",
+                    Q(f"sum by (cluster, training_job) ({JOB_TOKEN_RATE}{{{C}}})", table=True),
+                    Q(f"count by (cluster, training_job) ({training.LAST_STEP}{{{C}}})", table=True),
+                    Q(f"time() - max by (cluster, training_job) ({training.LAST_STEP_TIMESTAMP_SECONDS}{{{C}}})",
                       table=True),
-                    Q(f"count by (cluster, training_job) (fleetscope_training_last_step{{{C}}})", table=True),
-                    Q(f"time() - max by (cluster, training_job) "
-                      f"(fleetscope_training_last_step_timestamp_seconds{{{C}}})", table=True),
-                    Q(f"max by (cluster, training_job) ({exprs.relative_compute(C)})", table=True),
+                    Q(f"max by (cluster, training_job) ({RANK_COMPUTE_RATIO_SMOOTHED}{{{C}}})", table=True),
+                    Q(f"min by (cluster, training_job) ({JOB_GOODPUT}{{{C}}})", table=True),
                     width=24, links=[JOB_LINK], sort_by="Worst rank vs stage median",
                     rename={"Value #A": "Mean step time", "Value #B": "Tokens/s", "Value #C": "Ranks",
-                            "Value #D": "Since last step", "Value #E": "Worst rank vs stage median"},
+                            "Value #D": "Since last step", "Value #E": "Worst rank vs stage median",
+                            "Value #F": "Goodput"},
                     column_units={"Mean step time": "s", "Tokens/s": "short", "Ranks": "none",
-                                  "Since last step": "s", "Worst rank vs stage median": "percentunit"},
-                    description="Jobs pushing steps. 'Since last step' above 10 min is a likely hang; "
-                                "'Worst rank' above 110% means a straggler."),
-        table_panel("Worst stragglers", "percentunit", rising(1.1, 1.25),
-                    Q(exprs.worst_ranks(C, 10), table=True),
-                    Q(exprs.cause_of_worst_ranks(C, 10), table=True),
+                                  "Since last step": "s", "Worst rank vs stage median": "percentunit",
+                                  "Goodput": "percentunit"},
+                    description="Jobs pushing steps. 'Since last step' above 10 min is a likely hang; 'Worst rank' is "
+                                "the largest smoothed compute ratio (the straggler rule flags from "
+                                f"{warn:.0%}); goodput is the job's best sustained step time over its current one."),
+        table_panel("Flagged stragglers and their cause", "percentunit", rising(warn, crit),
+                    Q(f"topk(20, {STRAGGLER_CAUSE}{{{C}}})", table=True),
                     width=24, links=[NODE_LINK, JOB_LINK], sort_by="Compute vs stage median",
-                    rename={"Value #A": "Compute vs stage median", "Value #B": "Likely cause"},
-                    column_units={"Likely cause": "none"},
-                    value_mappings={"Likely cause": mappings(exprs.CAUSES)},
-                    description="Ranks whose compute time is furthest above their pipeline stage's median, "
-                                "with the first node-side signal that explains it."),
+                    rename={"Value": "Compute vs stage median", "cause": "Cause"},
+                    column_units={"Cause": "none"},
+                    value_mappings={"Cause": mappings(exprs.cause_mappings())},
+                    description="The 20 flagged ranks furthest above their pipeline stage's median, with the cause "
+                                "verdict the TrainingStragglerRank alert carries."),
+        table_panel("Repeat offenders: nodes flagged slow again and again", "none",
+                    rising(PRODUCTION.repeat_min_count, PRODUCTION.repeat_min_count),
+                    Q(f"topk(20, {NODE_STRAGGLER_JOBS}{{{C}}})", table=True),
+                    Q(f"topk(20, {NODE_STRAGGLER_WINDOWS}{{{C}}})", table=True),
+                    width=24, links=[NODE_LINK], sort_by="Jobs",
+                    rename={"Value #A": "Jobs", "Value #B": "Separate windows"},
+                    description=f"Nodes whose ranks were flagged as stragglers, counted in distinct jobs and in "
+                                f"separate windows within {PRODUCTION.repeat_window}. At "
+                                f"{PRODUCTION.repeat_min_count:.0f} of either, TrainingNodeRepeatedlySlow asks to take "
+                                "the node out of the pool."),
     ]
     return build_dashboard(
         UID_FLEET, "fleetscope / Fleet overview",

@@ -27,6 +27,7 @@ from fleetscope.dashboards.kit import (
     xid_annotation,
 )
 from fleetscope.dashboards.node import RECOVERY_ACTIONS
+from fleetscope.signals import GPU_THROTTLE_SHARE, SLOWDOWN_REASONS
 
 H = 'cluster=~"$cluster", instance=~"$instance"'
 HG = H + ', gpu=~"$gpu"'
@@ -93,9 +94,8 @@ def build() -> Any:
     ]
     thermal = [
         timeseries_panel("Thermal and power slowdown (worst 10 GPUs)", "percentunit", rising(0.05, 0.2),
-                         Q(_worst(f'sum by (instance, gpu) (rate(fleetscope_gpu_throttle_seconds_total'
-                                  f'{{reason=~"hw_thermal|sw_thermal|hw_slowdown|hw_power_brake", {HG}}}{RATE}))',
-                                  10),
+                         Q(_worst(f"sum by (instance, gpu) "
+                                  f'({GPU_THROTTLE_SHARE}{{reason=~"{SLOWDOWN_REASONS}", {HG}}})', 10),
                            "{{instance}} GPU {{gpu}}"), width=8, minimum=0, links=[NODE_SERIES_LINK],
                          description="Share of time with clocks lowered for temperature or power-brake reasons."),
         timeseries_panel("Hottest GPU per node", "celsius", rising(80, 87),

@@ -11,7 +11,7 @@ so the warning is silenced at import.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -144,7 +144,8 @@ def job_url(job_ref: str) -> str:
     return f"/d/{UID_JOB}/fleetscope-training-job?var-training_job={job_ref}&{_KEEP}"
 
 
-def mappings(codes: dict[int, tuple[str, str]]) -> list[ValueMap]:
+def mappings(codes: Mapping[int, tuple[str, str]] | Mapping[str, tuple[str, str]]) -> list[ValueMap]:
+    """Value -> (text, colour) for a column or stat; keys are numbers or label values."""
     return [ValueMap(options={str(code): ValueMappingResult(text=text, color=color, index=i)
                               for i, (code, (text, color)) in enumerate(sorted(codes.items()))})]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetscope.dashboards.exprs import SLOWDOWN_REASONS
 from fleetscope.dashboards.kit import (
     UID_NODE,
     Q,
@@ -23,6 +22,7 @@ from fleetscope.dashboards.kit import (
     timeseries_panel,
     xid_annotation,
 )
+from fleetscope.signals import GPU_THROTTLE_SHARE, SLOWDOWN_REASONS, TCP_RETRANSMIT_RATIO
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
 G = N + ', gpu=~"$gpu"'
@@ -73,8 +73,8 @@ def build() -> Any:
         timeseries_panel("SM clock", "hertz", ok(),
                          Q(f'fleetscope_gpu_clock_hertz{{clock="sm", {G}}}', "GPU {{gpu}}")),
         timeseries_panel("Clock slowdown by reason", "percentunit", rising(0.05, 0.2),
-                         Q(f"sum by (gpu, reason) (rate(fleetscope_gpu_throttle_seconds_total"
-                           f'{{reason=~"{SLOWDOWN_REASONS}", {G}}}{RATE}))', "GPU {{gpu}} {{reason}}"),
+                         Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{reason=~"{SLOWDOWN_REASONS}|sw_power_cap", '
+                           f"{G}}})", "GPU {{gpu}} {{reason}}"),
                          minimum=0, stacked=True,
                          description="Share of time each GPU spent with its clocks lowered, "
                                      "by NVML clock-event reason."),
@@ -134,8 +134,7 @@ def build() -> Any:
                          width=6,
                          description="Packets queued or dropped because an EC2 instance allowance was exceeded."),
         timeseries_panel("TCP retransmitted segments", "percentunit", rising(0.01, 0.05),
-                         Q(f"rate(fleetscope_tcp_retransmitted_segments_total{{{N}}}{RATE}) "
-                           f"/ rate(fleetscope_tcp_out_segments_total{{{N}}}{RATE})", "retransmitted / sent"),
+                         Q(f"{TCP_RETRANSMIT_RATIO}{{{N}}}", "retransmitted / sent"),
                          width=6),
     ]
     jobs = [
