@@ -55,6 +55,11 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     assert {s.labels["training_job"] for s in second["fleetscope_training_steps_total"]} == {"job-a"}
     assert "13" not in {s.labels["rank"] for s in p4d["fleetscope_training_steps_total"]}
     assert total(second, "fleetscope_training_steps_total") > total(first, "fleetscope_training_steps_total")
+    # Each rank process writes NCCL Inspector output; the daemon attributes it to the rank through procfs.
+    nccl_ranks = {(s.labels["training_job"], s.labels["rank"]) for s in second["fleetscope_nccl_collectives_total"]}
+    assert nccl_ranks == {("job-a", str(r)) for r in range(8)}
+    assert total(second, "fleetscope_nccl_collectives_total") > total(first, "fleetscope_nccl_collectives_total")
+    assert "13" not in {s.labels["rank"] for s in p4d.get("fleetscope_nccl_collectives_total", [])}
     # Every background collector of the node worked on the generated tree.
     failing = [s.labels["collector"] for s in second["fleetscope_collector_success"] if s.value != 1]
     assert failing == []

@@ -101,9 +101,12 @@ def test_expectations_follow_the_cluster_layout():
     spec = make_cluster(nodes=3, jobs=1, faults=faults)  # job-a on all three nodes: ranks 0-23
     throttle, slowdown, loader, hang = (expectation(f, spec) for f in faults)
     assert [p.describe() for p in throttle.expected] == [
-        "GpuThrottled{gpu=3, instance=node-01}", "TrainingStragglerRank{rank=11, training_job=job-a}"]
+        "GpuThrottled{gpu=3, instance=node-01}", "TrainingStragglerRank{rank=11, training_job=job-a}",
+        "NcclLateRank{rank=11, training_job=job-a}"]
     assert [p.describe() for p in slowdown.expected][1] == "TrainingStragglerRank{rank=21, training_job=job-a}"
     assert loader.expected[0].describe() == "TrainingRankInputBound{rank=4, training_job=job-a}"
+    # A rank late for its input is late at every collective: the Inspector's alert may name it too.
+    assert "NcclLateRank{rank=4, training_job=job-a}" in [p.describe() for p in loader.tolerated]
     assert hang.expected[0].describe() == "TrainingJobHang{rank=6, training_job=job-a}"
     # A GPU no job uses slows nobody: only the GPU alert is expected.
     idle = make_cluster(nodes=3, jobs=1, faults=faults[:1])

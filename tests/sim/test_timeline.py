@@ -19,6 +19,7 @@ SPEC = make_cluster(nodes=8, jobs=2, faults=parse_schedule(DEMO_SCHEDULE))
 THROTTLED = {"alertname": "GpuThrottled", "instance": "node-01", "gpu": "3", "uuid": "GPU-x", "severity": "warning"}
 STRAGGLER = {"alertname": "TrainingStragglerRank", "training_job": "job-a", "rank": "11", "instance": "node-01",
              "gpu": "3", "pp_stage": "0", "severity": "warning"}
+LATE = {"alertname": "NcclLateRank", "training_job": "job-a", "rank": "11", "instance": "node-01", "severity": "critical"}
 STRAY = {"alertname": "TcpRetransmitRatioHigh", "instance": "node-07", "severity": "warning"}
 
 
@@ -75,6 +76,9 @@ def test_faults_then_alerts_with_labels_cause_and_time_to_detect() -> None:
 def test_summary_lists_every_fault_with_its_state() -> None:
     timeline, alerts, _ = _timeline(200.0)
     alerts.firing = [THROTTLED, STRAGGLER]
+    timeline.update(200.0)
+    assert timeline.summary(200.0).startswith("Detection summary at t+200s: 0 of 5")  # the Inspector's alert too
+    alerts.firing = [THROTTLED, STRAGGLER, LATE]
     timeline.update(200.0)
     summary = timeline.summary(200.0)
     assert summary.startswith("Detection summary at t+200s: 1 of 5 faults detected with the right labels")

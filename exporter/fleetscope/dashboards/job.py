@@ -24,6 +24,7 @@ from fleetscope.dashboards.kit import (
     table_panel,
     timeseries_panel,
 )
+from fleetscope.dashboards.nccl_panels import nccl_row
 from fleetscope.metrics import gpu, training
 from fleetscope.rules.settings import PRODUCTION
 from fleetscope.signals import (
@@ -167,6 +168,6 @@ def build() -> Any:
         "the stage median, flagged stragglers with their cause, time breakdown and per-rank progress for hangs.",
         variables,
         [("Summary", summary), ("Speed", speed), ("Stragglers", stragglers), ("Lost GPU time", goodput),
-         ("Hang diagnosis", hang), ("GPUs of this job", gpus)],
+         ("Hang diagnosis", hang), ("GPUs of this job", gpus), ("NCCL collectives (Inspector)", nccl_row(J, RATE))],
         annotations=[alerts_annotation(J)],
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope.sim.faults import Fault
+from fleetscope.sim.inspector import InspectorNode, StepCollectives
 from fleetscope.sim.localhttp import answers_ok
 from fleetscope.sim.node import Load, NodeModel
 from fleetscope.sim.profiles import NodeProfile, profile
@@ -175,6 +176,7 @@ class SimCluster:
     pusher: Pusher | None = None  # default: HTTP to the node's push API
     nodes: dict[str, SimNode] = field(default_factory=dict)
     jobs: list[JobModel] = field(default_factory=list)
+    collectives: list[StepCollectives] = field(default_factory=list)  # per job: its ranks' NCCL Inspector output
     started_at: float = 0.0  # Unix time of simulation time 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _clock_started: bool = False
@@ -192,6 +194,15 @@ class SimCluster:
             writer.setup()
             self.nodes[node_spec.name] = SimNode(node_spec, model, writer)
         self.jobs = [JobModel(spec, seed=self.spec.seed * 7919 + j) for j, spec in enumerate(self.spec.jobs)]
+        inspector = {name: InspectorNode(node.paths.nccl_dir, node.paths.procfs, hostname=name)
+                     for name, node in self.nodes.items()}
+        self.collectives = []
+        for j, spec in enumerate(self.spec.jobs):
+            collectives = StepCollectives(
+                spec.name, [(name, inspector[name]) for name in spec.nodes], spec.ranks_per_node,
+                transfer_seconds=spec.step_seconds * spec.comm_share, seed=self.spec.seed * 7919 + j)
+            collectives.start()
+            self.collectives.append(collectives)
 
     def start(self, ready_timeout: float = 240.0) -> None:
         """Build, start one daemon process per node and wait until each answers /readyz.
@@ -267,9 +278,12 @@ class SimCluster:
         faults = list(self.spec.faults)
         loads: dict[str, Load] = defaultdict(Load)
         per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        per_job: list[list[dict[str, Any]]] = []
         for job in self.jobs:
+            per_job.append([])
             for state, record in job.advance(elapsed, self.started_at, faults):
                 per_node[state.node].append(record)
+                per_job[-1].append(record)
             busy = job.busy()
             for state in job.ranks:
                 load = loads[state.node]
@@ -279,6 +293,11 @@ class SimCluster:
         for name, records in per_node.items():
             if records:
                 self._push(self.nodes[name], records)
+        for collectives, records in zip(self.collectives, per_job, strict=True):
+            try:
+                collectives.write(records)
+            except OSError as exc:
+                logger.error("%s: could not write its NCCL Inspector output: %s", collectives.job, exc)
         for name, node in self.nodes.items():
             node.model.tick(dt, elapsed, loads[name], faults)
         for name in self._trees_due(elapsed):

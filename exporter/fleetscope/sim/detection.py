@@ -146,10 +146,11 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
         rank = None if job is None or fault.gpu is None else job.rank_at(node, fault.gpu)
         if job is None or rank is None:  # an idle GPU slows nobody
             return Expectation(fault, (AlertPattern("GpuThrottled", on_gpu),), DETECT_LIMIT, gpu_alerts, note)
+        straggler: dict[str, str | tuple[str, ...]] = {"training_job": job.name, "rank": str(rank)}
         return Expectation(
             fault,
-            (AlertPattern("GpuThrottled", on_gpu),
-             AlertPattern("TrainingStragglerRank", {"training_job": job.name, "rank": str(rank)})),
+            (AlertPattern("GpuThrottled", on_gpu), AlertPattern("TrainingStragglerRank", straggler),
+             AlertPattern("NcclLateRank", straggler)),
             DETECT_LIMIT, (*gpu_alerts, AlertPattern("TrainingJobSlowdown", {"training_job": job.name})), note,
         )
     if kind == "xid":
@@ -159,6 +160,9 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
                            lost if xid == 79 else (), note)
     on_job: dict[str, str | tuple[str, ...]] = {"training_job": job_name}
     on_rank: dict[str, str | tuple[str, ...]] = {**on_job, "rank": str(fault.rank)}
+    if kind == "rank_slow":  # a straggler: its step timings and the NCCL Inspector both name it
+        named = (AlertPattern("TrainingStragglerRank", on_rank), AlertPattern("NcclLateRank", on_rank))
+        return Expectation(fault, named, DETECT_LIMIT, (AlertPattern("TrainingJobSlowdown", on_job),), note)
     simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
         "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
         "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
@@ -170,8 +174,9 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
         "ena_pps_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": "pps"}, ()),
         "ena_bw_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": ("bw_in", "bw_out")}, ()),
         "tcp_retransmit_storm": ("TcpRetransmitRatioHigh", {"instance": node}, ()),
-        "slow_dataloader": ("TrainingRankInputBound", on_rank, (AlertPattern("TrainingJobSlowdown", on_job),)),
-        "rank_slow": ("TrainingStragglerRank", on_rank, (AlertPattern("TrainingJobSlowdown", on_job),)),
+        # A rank waiting for its input arrives last at every collective too: the Inspector names it as well.
+        "slow_dataloader": ("TrainingRankInputBound", on_rank,
+                            (AlertPattern("TrainingJobSlowdown", on_job), AlertPattern("NcclLateRank", on_rank))),
         "job_hang": ("TrainingJobHang", {**on_job, "rank": str(int(fault.param("first_rank")))},
                      (AlertPattern("TrainingRankSilent", on_job), AlertPattern("TrainingLowGpuActivity", on_job))),
         "rank_dies": ("TrainingRankSilent", on_rank, ()),

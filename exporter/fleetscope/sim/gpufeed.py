@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from fleetscope.sim.inspector import rank_pid
 from fleetscope.sim.tree import NodePaths
 
 logger = logging.getLogger("fleetscope.sim.gpu")
@@ -93,7 +94,7 @@ class GpuFeed:
                                "pending": int(g["remap_pending"]), "failure": int(g["remap_failed"])},
                 pcie_replays=g["pcie_replays"],
                 performance_state=0 if busy > 0.05 else 8,
-                processes=[(40000 + g["index"], g["memory_used_bytes"])] if busy > 0.05 else [],
+                processes=[(rank_pid(g["index"]), g["memory_used_bytes"])] if busy > 0.05 else [],
             )
             if gpu.gpm is not None:
                 # GPM metrics are percentages, like NVML's.

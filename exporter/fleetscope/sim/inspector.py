@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Shape = Literal["2.28", "2.30"]
 FORMAT_VERSION = "v4.0"  # what every shipped version writes in metadata.inspector_output_format_version
@@ -311,3 +311,79 @@ class InspectorJob:
             if lines[i]:
                 node.append(proc, lines[i])
         return steps
+
+
+# -- the simulated cluster's jobs ------------------------------------------------------------------------
+
+RANK_PID_BASE = 40000  # a simulated rank's process id on its node: this + its local rank (the GPU's process too)
+
+
+def rank_pid(local_rank: int) -> int:
+    return RANK_PID_BASE + local_rank
+
+
+@dataclass
+class StepCollectives:
+    """The Inspector output of one simulated job's ranks, from the very steps their step records report.
+
+    A data-parallel job (DDP): one communicator over all ranks, the gradients all-reduced in ``buckets``
+    buckets of ``bucket_bytes`` (DDP's default 25 MiB) as backward fills them. A rank's own work in a
+    step is its data wait plus its compute, as its step record says; :class:`CollectiveModel` turns the
+    ranks' work into their collective times, so a rank that arrives late (a slow GPU, a slow loader)
+    has the shortest and its peers wait. The transfers together take the job's communication share of
+    a typical step (``transfer_seconds``). A rank that makes no step writes nothing, as NCCL records
+    only completed collectives.
+    """
+
+    job: str
+    nodes: Sequence[tuple[str, InspectorNode]]  # (node name, its Inspector directory), in the job's rank order
+    ranks_per_node: int
+    transfer_seconds: float
+    buckets: int = 4
+    bucket_bytes: int = 25 << 20
+    seed: int = 1
+    _procs: dict[int, tuple[InspectorNode, RankProcess]] = field(default_factory=dict)
+    _model: CollectiveModel | None = None
+    _comm: str = ""
+    _sequence: int = 0
+
+    def start(self) -> None:
+        """Create every rank's procfs entries and (empty) output file."""
+        for index, (name, node) in enumerate(self.nodes):
+            for local in range(self.ranks_per_node):
+                rank = index * self.ranks_per_node + local
+                pid = rank_pid(local)
+                proc = RankProcess(rank, local, self.job, host_pid=pid, pid=pid, hostname=name)
+                node.add_process(proc)
+                self._procs[rank] = (node, proc)
+        world = len(self._procs)
+        _, bus_gbs = bandwidths("AllReduce", self.bucket_bytes, world, 1_000_000)
+        per_bucket = self.transfer_seconds / self.buckets
+        spec = CollectiveSpec("AllReduce", self.bucket_bytes, self.buckets, bus_bandwidth=bus_gbs * 1e9 / per_bucket)
+        self._model = CollectiveModel([spec], world, rng=random.Random(self.seed))
+        self._comm = comm_id(self.seed)
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """One dump per rank for the steps in ``records`` (step records as the job pushes them)."""
+        assert self._model is not None, "start() first"
+        by_step: dict[int, list[Mapping[str, Any]]] = {}
+        for record in records:
+            by_step.setdefault(int(record["step"]), []).append(record)
+        lines: dict[int, list[str]] = {}
+        world, nnodes = len(self._procs), len(self.nodes)
+        for step in sorted(by_step):
+            group = by_step[step]
+            work = [float(r["data_seconds"]) + float(r["compute_seconds"]) for r in group]
+            per_rank, _ = self._model.step(work)
+            dump_us = int(max(float(r["timestamp"]) for r in group) * 1e6)
+            for record, collectives in zip(group, per_rank, strict=True):
+                _, proc = self._procs[int(record["rank"])]
+                comm = Comm(self._comm, proc.rank, world, nnodes, "default_pg")
+                lines.setdefault(proc.rank, []).extend(
+                    record_line(comm, spec.op, self._sequence + k + 1, spec.message_bytes, round_us(seconds),
+                                hostname=proc.hostname, pid=proc.pid, dump_us=dump_us)
+                    for k, (spec, seconds) in enumerate(collectives))
+            self._sequence += self.buckets
+        for rank, rank_lines in lines.items():
+            node, proc = self._procs[rank]
+            node.append(proc, rank_lines)

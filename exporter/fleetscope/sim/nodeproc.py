@@ -31,6 +31,7 @@ def node_config(paths: NodePaths, listen: str, interval: float, extra: Mapping[s
         "path.procfs": paths.procfs,
         "path.kmsg": paths.kmsg,
         "gpu.jobs-dir": paths.jobs_dir,
+        "nccl.dir": paths.nccl_dir,
         "log.level": "warning",
     }
     from fleetscope.collectors import REGISTRY

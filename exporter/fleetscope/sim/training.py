@@ -38,6 +38,11 @@ class JobSpec:
     exit_skew: float = 0.008  # ranks leave a collective up to this many seconds apart
 
     @property
+    def comm_share(self) -> float:
+        """Share of a typical step in the collectives themselves (what no rank can hide)."""
+        return 1 - self.compute_share - self.data_share
+
+    @property
     def world_size(self) -> int:
         return len(self.nodes) * self.ranks_per_node
 
@@ -156,7 +161,7 @@ class JobModel:
                 accelerator = work * spec.accelerator_share * self._accelerator_factor(state, active)
                 own[state.rank] = (data, max(work * (1 - spec.accelerator_share) + accelerator, 1e-3))
             # The collective itself (the part no rank can hide), then everyone leaves together.
-            collective = spec.step_seconds * (1 - spec.compute_share - spec.data_share) * drift \
+            collective = spec.step_seconds * spec.comm_share * drift \
                 * (1 + abs(self._rng.gauss(0, spec.jitter)))
             slowest = max(d + c for d, c in own.values())
             step_seconds = slowest + collective

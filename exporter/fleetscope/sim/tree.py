@@ -78,6 +78,11 @@ class NodePaths:
     def jobs_dir(self) -> str:
         return os.path.join(self.root, "jobs")
 
+    @property
+    def nccl_dir(self) -> str:
+        """Where the node's rank processes write NCCL Inspector output (the daemon's nccl.dir)."""
+        return os.path.join(self.root, "nccl-inspector")
+
 
 class TreeWriter:
     """Renders one :class:`NodeModel` into its :class:`NodePaths`."""
