@@ -19,7 +19,8 @@ SPEC = make_cluster(nodes=8, jobs=2, faults=parse_schedule(DEMO_SCHEDULE))
 THROTTLED = {"alertname": "GpuThrottled", "instance": "node-01", "gpu": "3", "uuid": "GPU-x", "severity": "warning"}
 STRAGGLER = {"alertname": "TrainingStragglerRank", "training_job": "job-a", "rank": "11", "instance": "node-01",
              "gpu": "3", "pp_stage": "0", "severity": "warning"}
-LATE = {"alertname": "NcclLateRank", "training_job": "job-a", "rank": "11", "instance": "node-01", "severity": "critical"}
+LATE = {"alertname": "NcclLateRank", "training_job": "job-a", "rank": "11", "instance": "node-01",
+        "severity": "critical"}
 STRAY = {"alertname": "TcpRetransmitRatioHigh", "instance": "node-07", "severity": "warning"}
 
 
