@@ -446,7 +446,7 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     from fleetscope.daemon import build_engine
     from fleetscope.engine import CollectorRunner
     from fleetscope.exposition import negotiate, render
-    from fleetscope.push.models import parse_records
+    from fleetscope.push.models import parse_records, reports_from_records
     from fleetscope.sim.gpufeed import GpuFeed
     from fleetscope.sim.nodeproc import build_node_collectors, node_config
 
@@ -459,7 +459,7 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     engine = build_engine(config, collectors)
     if "steps" in collectors:
         records = [step_record("profile", r, s, 8) for r in range(8) for s in range(1, 33)]
-        collectors["steps"].store.ingest(parse_records(jsonlib.dumps(records).encode()))
+        collectors["steps"].store.ingest(reports_from_records(parse_records(jsonlib.dumps(records).encode())))
     results = []
     for runner in engine.runners:
         if isinstance(runner, CollectorRunner):

@@ -59,9 +59,10 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
         assert isinstance(callback.tracker, StepTracker)
         (view,) = daemon.collector.store.view().ranks
     assert (view.job, view.rank) == ("hf-test", 0)
-    assert view.steps == 6 and view.last_step == 6  # optimizer steps, not micro-batches
-    assert view.samples == 6 * 4 * 2
+    values = view.values
+    assert values["steps"] == 6 and values["step"] == 6  # optimizer steps, not micro-batches
+    assert values["samples"] == 6 * 4 * 2
     assert (
-        view.seconds["step"] > 0 and "data" in view.seconds and view.seconds["data"] <= view.seconds["step"]
+        values["step_seconds"] > 0 and "data_seconds" in values and values["data_seconds"] <= values["step_seconds"]
     )
-    assert view.loss is not None and view.loss >= 0
+    assert values["loss"] >= 0

@@ -48,8 +48,9 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
         )
         trainer.fit(TinyModule(), loader)
         (view,) = daemon.collector.store.view().ranks
-    assert (view.job, view.rank, view.local_rank, view.world_size) == ("pl-test", 0, 0, 1)
-    assert view.steps == 5 and view.last_step == 5  # optimizer steps, not micro-batches
-    assert view.samples == 5 * 2 * 4
-    assert view.seconds["step"] > 0 and 0 <= view.seconds["data"] <= view.seconds["step"]
-    assert view.loss is not None and view.loss >= 0
+    values = view.values
+    assert (view.job, view.rank, view.fields["local_rank"], view.fields["world_size"]) == ("pl-test", 0, 0, 1)
+    assert values["steps"] == 5 and values["step"] == 5  # optimizer steps, not micro-batches
+    assert values["samples"] == 5 * 2 * 4
+    assert values["step_seconds"] > 0 and 0 <= values["data_seconds"] <= values["step_seconds"]
+    assert values["loss"] >= 0

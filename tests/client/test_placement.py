@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from fleetscope.client.placement import DEFAULT_URL, detect, push_url, visible_gpu
+import os
+
+import pytest
+from fleetscope.client.placement import DEFAULT_URL, detect, node_gpu, process_start_time, push_url
 
 
 def test_torchrun_environment() -> None:
@@ -44,8 +47,45 @@ def test_push_url() -> None:
     assert push_url("http://x:1", environ={"FLEETSCOPE_PUSH_URL": "http://y:2"}) == "http://x:1"
 
 
-def test_visible_gpu_only_when_exactly_one() -> None:
-    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "3"}) == "3"
-    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == "GPU-abc"
-    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "0,1"}) is None
-    assert visible_gpu({}) is None
+@pytest.mark.parametrize(
+    ("environ", "local_rank", "gpu"),
+    [
+        ({}, 3, "3"),  # torchrun, every GPU visible: cuda:LOCAL_RANK
+        ({}, None, None),  # nothing to go by
+        ({"CUDA_VISIBLE_DEVICES": "3"}, 0, "3"),  # one GPU visible, whatever the local rank
+        ({"CUDA_VISIBLE_DEVICES": "3"}, 5, "3"),
+        ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 1, "5"),  # remapped: ordinal 1 is the node's GPU 5
+        ({"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, 1, "GPU-bb"),  # by UUID
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2, None),  # an ordinal the process does not see
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0, None),  # no GPU at all
+        ({"CUDA_VISIBLE_DEVICES": "MIG-1b2c3d4e-0000-5555-aaaa-0123456789ab"}, 3,
+         "MIG-1b2c3d4e-0000-5555-aaaa-0123456789ab"),  # a MIG instance, by its UUID
+        ({"CUDA_VISIBLE_DEVICES": "MIG-GPU-8f2d/1/0"}, 0, "MIG-GPU-8f2d/1/0"),  # the older MIG form
+        ({"NVIDIA_VISIBLE_DEVICES": "GPU-cc"}, 0, "GPU-cc"),  # a container given one GPU
+        ({"NVIDIA_VISIBLE_DEVICES": "2,6"}, 1, "6"),  # the runtime renumbers them 0, 1
+        ({"NVIDIA_VISIBLE_DEVICES": "2,6", "CUDA_VISIBLE_DEVICES": "1"}, 0, "6"),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, 4, "4"),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, 0, None),
+        ({"SLURM_STEP_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}, 1, "5"),  # cgroup-constrained: renumbered
+        ({"SLURM_STEP_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "4,5"}, 1, "5"),  # not constrained
+        ({"SLURM_JOB_GPUS": "6", "CUDA_VISIBLE_DEVICES": "0"}, 0, "6"),
+    ],
+)
+def test_node_gpu_names_the_gpu_as_the_node_does(environ: dict[str, str], local_rank: int | None, gpu: str | None) -> None:
+    assert node_gpu(environ, local_rank) == gpu
+
+
+def test_the_device_the_model_is_on_wins_over_the_local_rank() -> None:
+    assert node_gpu({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, local_rank=0, device=3) == "7"
+    assert node_gpu({}, local_rank=0, device=2) == "2"
+
+
+def test_process_start_time_reads_proc_stat(tmp_path: object) -> None:
+    own = process_start_time()
+    assert own is not None and own == process_start_time(os.getpid())
+    proc = os.path.join(str(tmp_path), "41")
+    os.makedirs(proc)
+    with open(os.path.join(proc, "stat"), "w") as stat:  # a command name with spaces and parentheses
+        stat.write("41 (a (b) c) S 1 41 41 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10 18446744073709551615")
+    assert process_start_time(41, str(tmp_path)) == 987654
+    assert process_start_time(42, str(tmp_path)) is None

@@ -1,17 +1,38 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from fleetscope.client import StepTracker
 from fleetscope.push.store import RankView
+
 from tests.push.live import LiveDaemon, running_daemon
 
 
 def rank_view(daemon: LiveDaemon, job: str, rank: int = 0) -> RankView:
     (view,) = [r for r in daemon.collector.store.view().ranks if (r.job, r.rank) == (job, rank)]
     return view
+
+
+def position_of(daemon: LiveDaemon, job: str, rank: int = 0) -> Any:
+    views = [r for r in daemon.collector.store.view().ranks if (r.job, r.rank) == (job, rank)]
+    return views[0].position if views else None
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
 
 
 class FakeScalar:
@@ -24,6 +45,15 @@ class FakeScalar:
         return self.value
 
 
+class Captured(StepTracker):
+    """A tracker whose records stay in memory (no daemon needed)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(job="mem", rank=0, url="http://127.0.0.1:9", environ={}, flush_interval=3600, **kwargs)
+        self.entries: list[dict[str, Any]] = []
+        self.sender.put = self.entries.append  # type: ignore[method-assign]
+
+
 def test_steps_and_phases_are_timed_and_pushed() -> None:
     with running_daemon() as daemon:
         tracker = StepTracker(job="loop", rank=3, local_rank=1, pp_stage=0, url=daemon.url, environ={})
@@ -33,47 +63,69 @@ def test_steps_and_phases_are_timed_and_pushed() -> None:
                     time.sleep(0.002)
                 with tracker.phase("compute"):
                     time.sleep(0.004)
-                with tracker.phase("compute"):  # a phase entered twice adds up
-                    time.sleep(0.004)
                 with tracker.phase("comm"):
-                    pass
-                with tracker.phase("logging"):  # not a known phase: timed nowhere
+                    time.sleep(0.001)
+                with tracker.phase("logging"):  # a phase of the user's naming: the rank's own work
                     time.sleep(0.001)
                 step.loss = FakeScalar(0.5)
         tracker.close()
         view = rank_view(daemon, "loop", 3)
-    assert view.steps == 4 and view.last_step == 4
-    assert (view.local_rank, view.pp_stage) == (1, 0)
-    assert view.seconds["data"] >= 4 * 0.002 and view.seconds["compute"] >= 4 * 0.008
-    assert view.seconds["step"] >= view.seconds["data"] + view.seconds["compute"] + view.seconds["comm"]
-    assert view.tokens == 400 and view.samples == 8 and view.loss == 0.5
+    values = view.values
+    assert values["steps"] == 4 and values["step"] == 4
+    assert (view.fields["local_rank"], view.fields["pp_stage"]) == (1, 0)
+    assert values["data_seconds"] >= 4 * 0.002 and values["comm_seconds"] >= 4 * 0.001
+    assert values["compute_seconds"] >= 4 * 0.005  # compute and logging: what is left of each step
+    parts = values["data_seconds"] + values["compute_seconds"] + values["comm_seconds"]
+    assert parts == pytest.approx(values["step_seconds"])
+    assert values["tokens"] == 400 and values["samples"] == 8 and values["loss"] == 0.5
+    assert view.process == (os.getpid(), view.fields["start_time"]) and view.fields["start_time"] > 0
+
+
+def test_compute_is_the_rest_of_the_step_unless_added() -> None:
+    tracker = Captured()
+    with tracker.step():
+        time.sleep(0.01)
+        tracker.add("comm", 0.004)
+    with tracker.step():
+        tracker.add("compute", 0.5)  # measured elsewhere (CUDA events, a profiler): taken as given
+        tracker.add("data", 0.25)
+    tracker.add("data", float("nan"))  # refused and counted, never raised
+    tracker.add("lunch", 1.0)
+    tracker.close(timeout=0.1)
+    first, second = tracker.entries
+    assert first["comm_seconds"] == 0.004
+    assert first["compute_seconds"] == pytest.approx(first["step_seconds"] - 0.004)
+    assert "data_seconds" not in first  # never timed: absent, not zero
+    assert (second["compute_seconds"], second["data_seconds"]) == (0.5, 0.25)
+    assert tracker.errors == 2
 
 
 def test_phase_before_the_step_counts_toward_it() -> None:
-    with running_daemon() as daemon:
-        tracker = StepTracker(job="carry", rank=0, url=daemon.url, environ={})
-        with tracker.phase("data"):
-            time.sleep(0.003)
-        with tracker.step():
-            pass
-        with tracker.step():
-            pass
-        tracker.close()
-        view = rank_view(daemon, "carry")
-    assert view.steps == 2 and view.seconds["data"] >= 0.003
+    tracker = Captured()
+    with tracker.phase("data"):
+        time.sleep(0.01)
+    with tracker.step():
+        pass
+    with tracker.step():
+        pass
+    tracker.close(timeout=0.1)
+    first, second = tracker.entries
+    assert first["data_seconds"] >= 0.01 and first["step_seconds"] >= first["data_seconds"]
+    assert "data_seconds" not in second
 
 
 def test_failed_step_is_not_reported_and_its_exception_propagates() -> None:
     with running_daemon() as daemon:
         tracker = StepTracker(job="oom", rank=0, url=daemon.url, environ={})
-        with pytest.raises(RuntimeError), tracker.step():
-            raise RuntimeError("CUDA out of memory")
+        with pytest.raises(RuntimeError):
+            with tracker.step():
+                raise RuntimeError("CUDA out of memory")
         with tracker.step(step=10):
             pass
         tracker.report(0.25)
         tracker.close()
         view = rank_view(daemon, "oom")
-    assert view.steps == 2 and view.last_step == 11  # numbering continues after an explicit step
+    assert view.values["steps"] == 2 and view.values["step"] == 11  # numbering continues after an explicit step
 
 
 def test_report_with_own_timings() -> None:
@@ -90,8 +142,9 @@ def test_report_with_own_timings() -> None:
                 timestamp=1_700_000_000.0,
             )
         view = rank_view(daemon, "manual", 1)
-    assert view.seconds == {"step": 1.0, "data": 0.1, "compute": 0.7, "comm": 0.2}
-    assert (view.tokens, view.loss, view.last_step_timestamp) == (64, 2.0, 1_700_000_000.0)
+    values = view.values
+    assert [values[f"{name}_seconds"] for name in ("step", "data", "compute", "comm")] == [1.0, 0.1, 0.7, 0.2]
+    assert (values["tokens"], values["loss"], values["timestamp"]) == (64, 2.0, 1_700_000_000.0)
 
 
 def test_report_never_raises_on_garbage() -> None:
@@ -104,7 +157,7 @@ def test_report_never_raises_on_garbage() -> None:
     assert (stats.enqueued, stats.rejected, stats.sent) == (1, 1, 0)  # the first could not be encoded
 
 
-def test_environment_fills_in_job_rank_and_url() -> None:
+def test_environment_fills_in_job_rank_url_and_gpu() -> None:
     with running_daemon() as daemon:
         env = {
             "SLURM_JOB_ID": "4242",
@@ -112,22 +165,225 @@ def test_environment_fills_in_job_rank_and_url() -> None:
             "SLURM_LOCALID": "2",
             "SLURM_NTASKS": "8",
             "FLEETSCOPE_PUSH_URL": daemon.url,
-            "CUDA_VISIBLE_DEVICES": "2",
+            "CUDA_VISIBLE_DEVICES": "4,5,6,7",
         }
         tracker = StepTracker(environ=env)
         tracker.report(0.5)
         tracker.close()
         view = rank_view(daemon, "4242", 6)
-    assert (view.local_rank, view.world_size, view.gpu) == (2, 8, "2")
+    assert (view.fields["local_rank"], view.fields["world_size"], view.fields["gpu"]) == (2, 8, "6")
 
 
-def test_cuda_events_fall_back_to_host_clock_without_a_gpu() -> None:
+# -- the loader wrapper ---------------------------------------------------------------------------
+
+
+class SlowLoader:
+    """Yields ``count`` batches, each after ``delay`` seconds; has set_epoch like a sampler-aware loader."""
+
+    def __init__(self, count: int, delay: float) -> None:
+        self.count, self.delay, self.epoch = count, delay, -1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[int]:
+        for i in range(self.count):
+            time.sleep(self.delay)
+            yield i
+
+
+def test_loader_books_each_fetch_as_data_and_stands_in_for_the_loader() -> None:
+    tracker = Captured()
+    loader = tracker.loader(SlowLoader(3, 0.01))
+    assert len(loader) == 3  # type: ignore[arg-type]
+    seen = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)  # type: ignore[attr-defined]
+        for batch in loader:
+            with tracker.step():
+                seen.append(batch)
+    tracker.close(timeout=0.1)
+    assert seen == [0, 1, 2, 0, 1, 2] and loader.epoch == 1  # type: ignore[attr-defined]
+    assert len(tracker.entries) == 6
+    for entry in tracker.entries:
+        assert entry["data_seconds"] >= 0.01 and entry["step_seconds"] >= entry["data_seconds"]
+
+
+def test_loader_survives_a_break_and_an_error_in_the_loader() -> None:
+    def failing() -> Iterator[int]:
+        yield 1
+        raise OSError("shard missing")
+
+    tracker = Captured()
+    for batch in tracker.loader(SlowLoader(5, 0.0)):
+        with tracker.step():
+            pass
+        if batch == 1:
+            break  # the loader's generator is closed inside no phase
+    with pytest.raises(OSError):
+        for _ in tracker.loader(failing()):
+            with tracker.step():
+                pass
+    with tracker.step():
+        pass
+    tracker.close(timeout=0.1)
+    assert tracker._depth == 0 and len(tracker.entries) == 4
+
+
+def test_loader_with_a_multi_worker_dataloader() -> None:
     torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this test covers the no-GPU fallback")
+    dataset = torch.utils.data.TensorDataset(torch.arange(32.0))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2)
     with running_daemon() as daemon:
-        tracker = StepTracker(job="cpu", rank=0, url=daemon.url, environ={}, cuda_events=True)
-        with tracker.step(), tracker.phase("compute"):
-            time.sleep(0.002)
+        tracker = StepTracker(job="workers", rank=0, url=daemon.url, environ={})
+        total = 0.0
+        for (batch,) in tracker.loader(loader):
+            with tracker.step(samples=len(batch)):
+                total += float(batch.sum())
         tracker.close()
-        assert rank_view(daemon, "cpu").seconds["compute"] >= 0.002
+        view = rank_view(daemon, "workers")
+    assert total == sum(range(32))
+    assert view.values["steps"] == 8 and view.values["samples"] == 32
+    assert 0 < view.values["data_seconds"] <= view.values["step_seconds"]
+    assert view.position is not None and view.position.phase == "ended"  # the workers said nothing
+
+
+# -- positions (the heartbeat) --------------------------------------------------------------------
+
+
+def test_position_is_reported_while_the_training_thread_is_stuck() -> None:
+    with running_daemon() as daemon:
+        tracker = StepTracker(job="stuck", rank=0, url=daemon.url, environ={}, flush_interval=0.1)
+        release = threading.Event()
+
+        def train() -> None:
+            with tracker.step():
+                pass
+            with tracker.step():
+                with tracker.phase("data"):
+                    release.wait(30)  # a loader that never answers
+
+        thread = threading.Thread(target=train)
+        entered = time.time()
+        thread.start()
+
+        def in_data() -> bool:
+            position = position_of(daemon, "stuck")
+            return position is not None and position.phase == "data"
+
+        assert wait_for(in_data, 10)
+        first_push = rank_view(daemon, "stuck").values["last_push"]
+        assert wait_for(lambda: rank_view(daemon, "stuck").values["last_push"] > first_push + 0.2, 10)
+        position = rank_view(daemon, "stuck").position
+        assert position is not None and position.step == 2 and entered <= position.since <= time.time()
+        release.set()
+        thread.join(10)
+        tracker.close()
+        final = rank_view(daemon, "stuck")
+    assert final.position is not None and final.position.phase == "ended"
+    assert final.values["steps"] == 2
+
+
+def test_positions_step_through_phases_on_the_training_thread_only_by_attribute() -> None:
+    tracker = Captured()
+    assert tracker.position()["phase"] == "idle" and tracker.position()["step"] == 1
+    with tracker.step():
+        assert tracker.position()["phase"] == "compute"
+        with tracker.phase("comm"):
+            assert tracker.position()["phase"] == "comm"
+        with tracker.phase("checkpoint"):
+            assert tracker.position()["phase"] == "other"
+        assert tracker.position()["phase"] == "compute"
+    assert tracker.position() == {"step": 2, "phase": "idle", "since": tracker.position()["since"]}
+    tracker.close(timeout=0.1)
+
+
+def test_a_device_still_waiting_in_a_collective_reports_comm() -> None:
+    class Event:
+        def __init__(self, done: bool) -> None:
+            self.done = done
+
+        def query(self) -> bool:
+            return self.done
+
+    tracker = Captured()
+    with tracker.step():
+        end = Event(False)
+        tracker._device_wait = (end, time.perf_counter() - 5)  # what watch() leaves after an NCCL wait on a GPU
+        position = tracker.position()
+        assert position["phase"] == "comm" and position["since"] <= time.time() - 5
+        end.done = True
+        assert tracker.position()["phase"] == "compute"
+    tracker.close(timeout=0.1)
+
+
+def test_device_times_are_pushed_once_their_events_complete() -> None:
+    class Event:
+        def __init__(self, at: float) -> None:
+            self.at, self.done = at, False
+
+        def query(self) -> bool:
+            return self.done
+
+        def elapsed_time(self, end: Event) -> float:
+            return (end.at - self.at) * 1000.0
+
+    tracker = Captured()
+    start, end = Event(0.0), Event(0.25)
+    with tracker.step():
+        tracker._add_device_time("comm", start, end, host_seconds=0.001)
+    with tracker.step():
+        pass
+    assert tracker.entries == []  # waiting for the device, without asking it to synchronise
+    end.done = True
+    with tracker.step():
+        pass
+    tracker.close(timeout=0.1)
+    assert [e["step"] for e in tracker.entries] == [1, 2, 3]
+    assert tracker.entries[0]["comm_seconds"] == 0.25
+    assert tracker.entries[0]["compute_seconds"] == max(0.0, tracker.entries[0]["step_seconds"] - 0.25)
+
+
+FORKED_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from fleetscope.client import StepTracker
+
+    tracker = StepTracker(job="fork", rank=0, url=sys.argv[1], environ={}, flush_interval=0.1)
+    with tracker.step():
+        pass
+    pid = os.fork()
+    if pid == 0:  # a DataLoader-style worker that exits through the interpreter (atexit runs)
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.5)
+    with tracker.step():
+        pass
+    print("alive", flush=True)
+    sys.stdin.readline()  # the test looks at the daemon before this process ends
+    """
+)
+
+
+def test_a_forked_child_never_speaks_for_the_rank() -> None:
+    with running_daemon() as daemon:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FORKED_CHILD, daemon.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            assert proc.stdout.readline().strip() == "alive"
+            assert wait_for(lambda: rank_view(daemon, "fork").values["steps"] == 2, 10)
+            time.sleep(0.3)  # a few more reports
+            view = rank_view(daemon, "fork")
+            assert view.position is not None and view.position.phase == "idle"  # not "ended" by the child
+            assert daemon.collector.store.view().rejected == {}
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.write("\n")
+                proc.stdin.close()
+            proc.wait(30)
+        assert wait_for(lambda: position_of(daemon, "fork").phase == "ended", 10)

@@ -2,15 +2,14 @@ from __future__ import annotations
 
 import math
 
+from fleetscope.collectors.steps import StepsCollector
+from fleetscope.config import load
+from fleetscope.push.gateway import parse_exposition
+from fleetscope.metrics import MetricSpec
+from fleetscope.push.models import reports_from_records
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
-
-from fleetscope.collectors.steps import StepsCollector
-from fleetscope.config import load
-from fleetscope.metrics import MetricSpec
-from fleetscope.push.gateway import parse_exposition
-from fleetscope.push.models import StepRecord
 
 
 class Clock:
@@ -44,9 +43,9 @@ def make(**flags: object) -> tuple[StepsCollector, Clock]:
 
 def test_rank_series_names_labels_and_values() -> None:
     collector, clock = make()
-    collector.store.ingest(
+    collector.store.ingest(reports_from_records(
         [
-            StepRecord(
+            dict(
                 job="j",
                 rank=0,
                 step=s,
@@ -66,7 +65,7 @@ def test_rank_series_names_labels_and_values() -> None:
             )
             for s in range(1, 4)
         ]
-    )
+    ))
     got = samples(collector)
     lab = labels(local_rank="0", pp_stage="1")
     assert got[("fleetscope_training_steps_total", lab)] == 3
@@ -87,7 +86,7 @@ def test_rank_series_names_labels_and_values() -> None:
 
 def test_missing_fields_are_absent_not_zero() -> None:
     collector, _ = make()
-    collector.store.ingest([StepRecord(job="j", rank=0, step=1, step_seconds=1.0)])
+    collector.store.ingest(reports_from_records([dict(job="j", rank=0, step=1, step_seconds=1.0)]))
     names = {name for name, lab in samples(collector) if lab == labels()}
     assert "fleetscope_training_steps_total" in names
     for absent in (
@@ -129,9 +128,9 @@ def test_names_are_the_contract_and_in_the_tables() -> None:
     }
     assert contract <= declared
     collector, _ = make()
-    collector.store.ingest(
+    collector.store.ingest(reports_from_records(
         [
-            StepRecord(
+            dict(
                 job="j",
                 rank=0,
                 step=1,
@@ -144,7 +143,7 @@ def test_names_are_the_contract_and_in_the_tables() -> None:
                 loss=0.1,
             )
         ]
-    )
+    ))
     suffix = {"counter": "_total", "info": "_info", "gauge": ""}
     exported = {family.name + suffix[family.type] for family in collector.collect()}
     assert exported <= declared
@@ -156,7 +155,7 @@ def test_names_are_the_contract_and_in_the_tables() -> None:
 
 def test_expired_rank_disappears_and_is_counted() -> None:
     collector, clock = make(**{"push.rank-ttl": "10m"})
-    collector.store.ingest([StepRecord(job="j", rank=0, step=1, step_seconds=1.0)])
+    collector.store.ingest(reports_from_records([dict(job="j", rank=0, step=1, step_seconds=1.0)]))
     clock.now += 601
     got = samples(collector)
     assert not any(name.startswith("fleetscope_training_") for name, _ in got)
@@ -181,7 +180,9 @@ def test_pushed_groups_are_exposed_with_training_job_label() -> None:
 def test_exposition_is_valid_in_both_formats() -> None:
     collector, _ = make()
     collector.store.ingest(
-        [StepRecord(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5) for r in range(3)]
+        reports_from_records(
+            [dict(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5) for r in range(3)]
+        )
     )
     key = (("job", "g"),)
     collector.groups.push(
@@ -220,3 +221,32 @@ def test_a_full_client_python_push_stays_valid_openmetrics() -> None:
     assert families["batch_seconds"].type == "summary"
     assert "lr" in families and "build_info" in families and "phase" in families
     assert "examples_created" not in families
+
+
+def test_every_value_of_the_step_table_is_one_the_store_derives_from_the_field_list() -> None:
+    from fleetscope import record
+    from fleetscope.collectors.steps import RANK_LABELS
+    from fleetscope.metrics import training
+
+    assert {key for key, spec in training.TABLE.specs.items() if spec.kind != "info"} == set(record.value_keys())
+    assert set(training.RANK_INFO.info_keys) == set(record.names(record.Role.INFO, record.RANK_FIELDS))
+    assert all(spec.labels == RANK_LABELS for spec in training.TABLE)
+    assert training.RANK_LABELS == RANK_LABELS
+
+
+def test_position_is_one_series_per_phase_with_its_start_and_step() -> None:
+    from fleetscope.push.models import RankReport
+    from fleetscope.record import PHASES
+
+    collector, clock = make()
+    position = {"step": 12, "phase": "comm", "since": clock.now - 3}
+    collector.store.ingest([RankReport("j", 0, {"pid": 5, "start_time": 1}, [], position)])
+    got = samples(collector)
+    phases = {
+        dict(lab)["phase"]: value for (name, lab), value in got.items() if name == "fleetscope_training_phase"
+    }
+    assert phases == {phase: (1.0 if phase == "comm" else 0.0) for phase in PHASES}
+    assert got[("fleetscope_training_phase_start_timestamp_seconds", labels())] == clock.now - 3
+    assert got[("fleetscope_training_current_step", labels())] == 12
+    assert got[("fleetscope_training_steps_total", labels())] == 0
+    assert ("fleetscope_training_last_step", labels()) not in got  # no step completed yet: absent, not 0

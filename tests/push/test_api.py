@@ -72,7 +72,7 @@ def test_limits_answer_429_and_leave_the_store_unchanged() -> None:
     response = client.post("/api/v1/steps", json=record(job="other"))
     assert response.status_code == 429 and "max-jobs" in response.json()["detail"]
     view = collector.store.view()
-    assert view.records_total == 2 and {r.steps for r in view.ranks} == {1}
+    assert view.records_total == 2 and {r.values["steps"] for r in view.ranks} == {1}
     assert view.rejected == {"limit": 2}
 
 
@@ -134,3 +134,31 @@ def test_metrics_page_still_serves_with_push_routes_mounted() -> None:
     client.post("/api/v1/steps", json=record(local_rank=0))
     text = client.get("/metrics").text
     assert 'fleetscope_training_steps_total{local_rank="0",pp_stage="",rank="0",training_job="j"} 1.0' in text
+
+
+def report(rank: int = 0, **extra: object) -> dict[str, object]:
+    return {"job": "j", "rank": rank, "world_size": 4, "pid": 100 + rank, "start_time": 5, **extra}
+
+
+def test_report_stores_steps_and_position_and_counts_out_of_order_steps() -> None:
+    client, collector = make_client()
+    body = report(steps=[{"step": 1, "step_seconds": 0.5}, {"step": 2, "step_seconds": 0.5}],
+                  position={"step": 3, "phase": "data", "since": 1_700_000_000.0})
+    assert client.post("/api/v1/report", json=body).json() == {"accepted": 2}
+    again = report(steps=[{"step": 2, "step_seconds": 0.5}, {"step": 3, "step_seconds": 0.5}])
+    assert client.post("/api/v1/report", json=again).json() == {"accepted": 1, "out_of_order": 1}
+    (view,) = collector.store.view().ranks
+    assert view.values["steps"] == 3 and view.position is not None and view.position.phase == "data"
+    assert collector.store.view().rejected == {"out_of_order": 1}
+
+
+def test_a_heartbeat_alone_is_accepted_and_a_rank_outside_its_world_is_refused() -> None:
+    client, collector = make_client()
+    heartbeat = report(rank=3, position={"step": 1, "phase": "compute", "since": 1_700_000_000.0})
+    assert client.post("/api/v1/report", json=heartbeat).json() == {"accepted": 0}
+    response = client.post("/api/v1/report", json=report(rank=4))
+    assert response.status_code == 422 and response.json()["detail"][0]["field"] == "body.rank"
+    response = client.post("/api/v1/report", json=report(position={"step": 1, "phase": "lunch", "since": 1.0}))
+    assert response.status_code == 422 and response.json()["detail"][0]["field"] == "body.position.phase"
+    assert [r.rank for r in collector.store.view().ranks] == [3]
+    assert collector.store.view().rejected == {"invalid": 2}

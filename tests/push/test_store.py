@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import FrozenInstanceError
+from typing import Any
 
 import pytest
-
+from fleetscope import record
 from fleetscope.config import PushConfig
-from fleetscope.push.models import StepRecord
-from fleetscope.push.store import LimitExceeded, StepStore
+from fleetscope.push.models import RankReport, reports_from_records
+from fleetscope.push.store import ENDED_TTL, LimitExceeded, RankView, StepStore
 
 
 class FakeClock:
@@ -18,93 +19,112 @@ class FakeClock:
         return self.now
 
 
-def rec(
-    job: str = "j", rank: int = 0, step: int = 0, step_seconds: float = 1.0, **extra: object
-) -> StepRecord:
-    return StepRecord(job=job, rank=rank, step=step, step_seconds=step_seconds, **extra)  # type: ignore[arg-type]
+def rec(job: str = "j", rank: int = 0, step: int = 0, step_seconds: float = 1.0, **extra: Any) -> dict[str, Any]:
+    return {"job": job, "rank": rank, "step": step, "step_seconds": step_seconds, **extra}
 
 
-def only(store: StepStore, job: str = "j", rank: int = 0):  # type: ignore[no-untyped-def]
+def push(store: StepStore, *records: dict[str, Any]) -> int:
+    return store.ingest(reports_from_records(records)).accepted
+
+
+def report(
+    *steps: dict[str, Any], position: dict[str, Any] | None = None, job: str = "j", rank: int = 0, **fields: Any
+) -> RankReport:
+    return RankReport(job, rank, fields, list(steps), position)
+
+
+def step(number: int, seconds: float = 1.0, **extra: Any) -> dict[str, Any]:
+    return {"step": number, "step_seconds": seconds, **extra}
+
+
+def only(store: StepStore, job: str = "j", rank: int = 0) -> RankView:
     (view,) = [r for r in store.view().ranks if (r.job, r.rank) == (job, rank)]
     return view
 
 
 def test_counters_sum_the_records_and_missing_fields_stay_absent() -> None:
     store = StepStore(PushConfig())
-    store.ingest([rec(step=1, step_seconds=1.0, data_seconds=0.25, tokens=100)])
-    store.ingest([rec(step=2, step_seconds=2.0, data_seconds=0.5, tokens=50, loss=3.0)])
-    view = only(store)
-    assert view.steps == 2
-    assert view.seconds == {"step": 3.0, "data": 0.75}  # compute and comm were never pushed
-    assert view.tokens == 150 and view.samples is None
-    assert view.last_step == 2 and view.loss == 3.0
+    push(store, rec(step=1, step_seconds=1.0, data_seconds=0.25, tokens=100))
+    push(store, rec(step=2, step_seconds=2.0, data_seconds=0.5, tokens=50, loss=3.0))
+    values = only(store).values
+    assert values["steps"] == 2
+    assert (values["step_seconds"], values["data_seconds"]) == (3.0, 0.75)
+    assert "compute_seconds" not in values and "comm_seconds" not in values  # never pushed
+    assert values["tokens"] == 150 and "samples" not in values
+    assert values["step"] == 2 and values["loss"] == 3.0
+
+
+def test_every_value_the_store_derives_has_a_key_in_value_keys() -> None:
+    store = StepStore(PushConfig())
+    full = {f.name: 1 for f in record.STEP_FIELDS}
+    push(store, rec(**{**full, "job": "j", "rank": 0, "timestamp": 999_999.0}))
+    assert set(only(store).values) == set(record.value_keys())
 
 
 def test_last_loss_survives_records_without_loss() -> None:
     store = StepStore(PushConfig())
-    store.ingest([rec(step=1, loss=2.0), rec(step=2)])
-    assert only(store).loss == 2.0
+    push(store, rec(step=1, loss=2.0), rec(step=2), rec(step=3, loss=None))
+    assert only(store).values["loss"] == 2.0
 
 
 def test_median_covers_only_the_window_and_ignores_one_slow_step() -> None:
     store = StepStore(PushConfig(median_window=5))
-    store.ingest([rec(step=i, step_seconds=100.0) for i in range(10)])  # old, outside the window
-    store.ingest([rec(step=10 + i, step_seconds=s) for i, s in enumerate([1.0, 1.1, 60.0, 0.9, 1.2])])
-    assert only(store).medians["step"] == pytest.approx(statistics.median([1.0, 1.1, 60.0, 0.9, 1.2]))
-    assert only(store).medians["step"] == pytest.approx(1.1)
+    push(store, *(rec(step=i, step_seconds=100.0) for i in range(10)))  # old, outside the window
+    push(store, *(rec(step=10 + i, step_seconds=s) for i, s in enumerate([1.0, 1.1, 60.0, 0.9, 1.2])))
+    median = only(store).values["step_seconds_median"]
+    assert median == pytest.approx(statistics.median([1.0, 1.1, 60.0, 0.9, 1.2])) == pytest.approx(1.1)
 
 
 def test_median_window_is_per_rank() -> None:
     store = StepStore(PushConfig(median_window=3))
-    store.ingest(
-        [rec(rank=0, step=i, step_seconds=1.0) for i in range(3)]
-        + [rec(rank=1, step=i, step_seconds=5.0) for i in range(3)]
-    )
-    assert only(store, rank=0).medians["step"] == 1.0
-    assert only(store, rank=1).medians["step"] == 5.0
+    push(store, *(rec(rank=0, step=i, step_seconds=1.0) for i in range(3)),
+         *(rec(rank=1, step=i, step_seconds=5.0) for i in range(3)))
+    assert only(store, rank=0).values["step_seconds_median"] == 1.0
+    assert only(store, rank=1).values["step_seconds_median"] == 5.0
 
 
 def test_timestamp_defaults_to_receive_time() -> None:
     clock = FakeClock(5000.0)
     store = StepStore(PushConfig(), clock)
-    store.ingest([rec(step=1)])
-    store.ingest([rec(step=2, timestamp=4990.0)])
-    assert only(store).last_step_timestamp == 4990.0
-    assert only(store).last_push_timestamp == 5000.0
+    push(store, rec(step=1, timestamp=4990.0))
+    assert only(store).values["timestamp"] == 4990.0
+    push(store, rec(step=2))
+    assert only(store).values["timestamp"] == 5000.0
+    assert only(store).values["last_push"] == 5000.0
 
 
 def test_job_limit_refuses_the_whole_batch() -> None:
     store = StepStore(PushConfig(max_jobs=2))
-    store.ingest([rec(job="a"), rec(job="b")])
+    push(store, rec(job="a"), rec(job="b"))
     before = store.view()
     with pytest.raises(LimitExceeded, match="max-jobs"):
-        store.ingest([rec(job="a", step=1), rec(job="c")])
+        push(store, rec(job="a", step=1), rec(job="c"))
     after = store.view()
     assert after.records_total == before.records_total == 2
-    assert only(store, job="a").steps == 1  # the valid part of the refused batch was not applied either
+    assert only(store, job="a").values["steps"] == 1  # the valid part of the refused batch was not applied either
 
 
 def test_rank_limit_refuses_the_whole_batch_but_known_ranks_keep_pushing() -> None:
     store = StepStore(PushConfig(max_ranks=3))
-    store.ingest([rec(rank=r) for r in range(3)])
+    push(store, *(rec(rank=r) for r in range(3)))
     with pytest.raises(LimitExceeded, match="max-ranks"):
-        store.ingest([rec(rank=0, step=1), rec(rank=3)])
-    assert only(store, rank=0).steps == 1
-    store.ingest([rec(rank=0, step=1)])
-    assert only(store, rank=0).steps == 2
+        push(store, rec(rank=0, step=1), rec(rank=3))
+    assert only(store, rank=0).values["steps"] == 1
+    push(store, rec(rank=0, step=1))
+    assert only(store, rank=0).values["steps"] == 2
 
 
 def test_rank_expires_after_ttl_and_frees_its_slot() -> None:
     clock = FakeClock()
     store = StepStore(PushConfig(rank_ttl=60.0, max_ranks=2), clock)
-    store.ingest([rec(rank=0), rec(rank=1)])
+    push(store, rec(rank=0), rec(rank=1))
     clock.now += 30
-    store.ingest([rec(rank=1, step=1)])
+    push(store, rec(rank=1, step=1))
     clock.now += 45  # rank 0 silent for 75 s, rank 1 for 45 s
     view = store.view()
     assert [r.rank for r in view.ranks] == [1]
     assert view.expired == {"rank": 1}
-    store.ingest([rec(rank=2)])  # the expired rank's slot is free again
+    push(store, rec(rank=2))  # the expired rank's slot is free again
     clock.now += 61
     assert store.view().ranks == () and store.view().jobs == 0
 
@@ -112,14 +132,14 @@ def test_rank_expires_after_ttl_and_frees_its_slot() -> None:
 def test_silent_rank_is_kept_until_ttl() -> None:
     clock = FakeClock()
     store = StepStore(PushConfig(rank_ttl=3600.0), clock)
-    store.ingest([rec(rank=0)])
+    push(store, rec(rank=0))
     clock.now += 3599
     assert len(store.view().ranks) == 1
 
 
 def test_end_job_removes_only_that_job() -> None:
     store = StepStore(PushConfig())
-    store.ingest([rec(job="a", rank=0), rec(job="a", rank=1), rec(job="b", rank=0)])
+    push(store, rec(job="a", rank=0), rec(job="a", rank=1), rec(job="b", rank=0))
     assert store.end_job("a") == 2
     assert [(r.job, r.rank) for r in store.view().ranks] == [("b", 0)]
     assert store.view().jobs == 1
@@ -128,17 +148,99 @@ def test_end_job_removes_only_that_job() -> None:
 
 def test_placement_follows_the_newest_record() -> None:
     store = StepStore(PushConfig())
-    store.ingest([rec(local_rank=1, pp_stage=0, gpu="GPU-1", world_size=8)])
-    store.ingest([rec(step=1, local_rank=2)])
-    view = only(store)
-    assert (view.local_rank, view.pp_stage, view.gpu, view.world_size) == (2, 0, "GPU-1", 8)
+    push(store, rec(local_rank=1, pp_stage=0, gpu="GPU-1", world_size=8))
+    push(store, rec(step=1, local_rank=2))
+    fields = only(store).fields
+    assert (fields["local_rank"], fields["pp_stage"], fields["gpu"], fields["world_size"]) == (2, 0, "GPU-1", 8)
 
 
 def test_view_is_a_snapshot() -> None:
     store = StepStore(PushConfig())
-    store.ingest([rec(step_seconds=1.0)])
+    push(store, rec(step_seconds=1.0))
     view = only(store)
-    store.ingest([rec(step=1, step_seconds=1.0)])
-    assert view.steps == 1 and view.seconds["step"] == 1.0
+    push(store, rec(step=1, step_seconds=1.0))
+    assert view.values["steps"] == 1 and view.values["step_seconds"] == 1.0
     with pytest.raises(FrozenInstanceError):
-        view.steps = 6  # type: ignore[misc]
+        view.values = {}  # type: ignore[misc]
+
+
+# -- reports, positions and bad input ---------------------------------------------------------------
+
+
+def test_report_stores_steps_fields_and_position() -> None:
+    clock = FakeClock()
+    store = StepStore(PushConfig(), clock)
+    result = store.ingest([report(step(1), step(2, data_seconds=0.5), position={"step": 3, "phase": "data",
+                                                                                 "since": clock.now - 1},
+                                  local_rank=2, pid=10, start_time=99)])
+    assert (result.accepted, result.out_of_order) == (2, 0)
+    view = only(store)
+    assert view.values["steps"] == 2 and view.values["data_seconds"] == 0.5
+    assert view.fields["local_rank"] == 2 and view.process == (10, 99)
+    assert view.position is not None
+    assert (view.position.step, view.position.phase, view.position.since) == (3, "data", clock.now - 1)
+
+
+def test_a_heartbeat_from_a_rank_never_seen_before_starts_tracking_it_without_steps() -> None:
+    store = StepStore(PushConfig())
+    store.ingest([report(position={"step": 1, "phase": "compute", "since": 999_000.0}, rank=5, pid=3,
+                         start_time=1)])
+    view = only(store, rank=5)
+    assert view.values["steps"] == 0 and "step" not in view.values and "timestamp" not in view.values
+    assert view.position is not None and view.position.phase == "compute"
+
+
+def test_out_of_order_steps_of_one_process_are_refused_and_counted() -> None:
+    store = StepStore(PushConfig())
+    proc = {"pid": 7, "start_time": 1234}
+    store.ingest([report(step(1), step(2), step(3), **proc)])
+    result = store.ingest([report(step(2), step(3), step(5), step(4), **proc)])
+    assert (result.accepted, result.out_of_order) == (1, 3)
+    view = only(store)
+    assert view.values["steps"] == 4 and view.values["step"] == 5
+    assert store.view().rejected == {"out_of_order": 3}
+    assert store.view().records_total == 4
+
+
+def test_a_restarted_rank_begins_again_at_step_zero() -> None:
+    store = StepStore(PushConfig())
+    store.ingest([report(step(40), step(41), pid=7, start_time=1000, position={"step": 42, "phase": "comm",
+                                                                            "since": 999_999.0})])
+    result = store.ingest([report(step(0), step(1), pid=8, start_time=5000)])  # a new process of rank 0
+    assert (result.accepted, result.out_of_order) == (2, 0)
+    view = only(store)
+    assert view.values["step"] == 1 and view.values["steps"] == 4  # counters keep counting
+    assert view.position is None  # the old process's position is not the new one's
+    assert view.process == (8, 5000)
+
+
+def test_steps_without_a_process_keep_the_old_newest_wins_order() -> None:
+    store = StepStore(PushConfig())
+    push(store, rec(step=10), rec(step=3))
+    assert only(store).values["step"] == 3 and store.view().rejected == {}
+
+
+def test_a_clock_that_goes_backwards_or_runs_ahead_never_makes_progress_look_older() -> None:
+    clock = FakeClock(10_000.0)
+    store = StepStore(PushConfig(), clock)
+    proc = {"pid": 7, "start_time": 1}
+    store.ingest([report(step(1, timestamp=9_999.0), **proc)])
+    clock.now += 10
+    store.ingest([report(step(2, timestamp=5_000.0), **proc)])  # the rank's clock jumped back
+    assert only(store).values["timestamp"] == 10_010.0  # when the daemon heard of the step
+    clock.now += 10
+    store.ingest([report(step(3, timestamp=90_000.0), position={"step": 4, "phase": "data", "since": 90_000.0},
+                         **proc)])
+    view = only(store)
+    assert view.values["timestamp"] == 10_020.0
+    assert view.position is not None and view.position.since == 10_020.0
+    assert store.view().rejected == {"clock": 3}
+
+
+def test_an_ended_rank_expires_sooner() -> None:
+    clock = FakeClock()
+    store = StepStore(PushConfig(rank_ttl=3600.0), clock)
+    store.ingest([report(step(1), rank=0, position={"step": 2, "phase": "ended", "since": clock.now})])
+    store.ingest([report(step(1), rank=1, position={"step": 2, "phase": "idle", "since": clock.now})])
+    clock.now += ENDED_TTL + 1
+    assert [r.rank for r in store.view().ranks] == [1]

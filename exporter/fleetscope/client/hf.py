@@ -4,12 +4,15 @@
     trainer = Trainer(..., callbacks=[FleetscopeCallback()])
 
 Importing this module imports ``transformers``; :mod:`fleetscope.client`
-itself does not. A step is one optimizer update (``state.global_step``); its
-wall time runs from the previous step's end, and ``data_seconds`` is the gap
-between the previous step's end and this step's begin, where the Trainer
-fetches the step's batches. The Trainer does not separate compute from
-collective waits, so ``compute_seconds`` is not reported. The loss is the last
-one the Trainer logged (``logging_steps``), already a float: no device sync.
+itself does not. A step is one optimizer update (``state.global_step``), from
+the Trainer's ``on_step_begin`` to its ``on_step_end``, plus the fetch of its
+batches before it: ``data_seconds`` is the time from the end of the previous
+step's work (its logging, evaluation or checkpoint included) to this step's
+begin, where the Trainer fetches the step's micro-batches. The model the
+Trainer trains is watched (:meth:`StepTracker.watch`), so the collective
+waits of DDP or FSDP are ``comm_seconds`` and the rest is
+``compute_seconds``. The loss is the last one the Trainer logged
+(``logging_steps``), already a float: no device sync.
 """
 
 from __future__ import annotations
@@ -22,19 +25,20 @@ try:
 except ImportError as exc:  # an optional hook: say which extra brings it
     raise ImportError("fleetscope.client.hf needs transformers: pip install 'fleetscope[hf]'") from exc
 
-from fleetscope.client.tracker import StepTracker
+from fleetscope.client.tracker import StepTracker, _Step
 
 
 class FleetscopeCallback(TrainerCallback):
     def __init__(self, tracker: StepTracker | None = None, **tracker_kwargs: Any) -> None:
         self.tracker = tracker
         self._tracker_kwargs = tracker_kwargs
-        self._begin: float | None = None
-        self._last_end: float | None = None
+        self._step: _Step | None = None
+        self._work_done: float | None = None  # when the previous step's own work last ended
         self._loss: float | None = None
         self._tokens_seen = 0
+        self._watched = False
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if self.tracker is None:
             options = {
                 "rank": args.process_index,
@@ -43,35 +47,49 @@ class FleetscopeCallback(TrainerCallback):
                 **self._tracker_kwargs,
             }
             self.tracker = StepTracker(**options)
-        self._last_end = None
+        if model is not None and not self._watched:
+            # DDP wraps this model out of the callback's reach; the gradient hooks watch() places on it
+            # see DDP's all-reduce wait all the same. An FSDP model is the wrapper itself.
+            self.tracker.watch(model)
+            self._watched = True
+        self._work_done = None
+
+    def _mark_work_done(self) -> None:
+        self._work_done = time.perf_counter()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._begin = time.perf_counter()
+        if self.tracker is None:
+            return
+        if self._work_done is not None:
+            self.tracker._add_before_step("data", time.perf_counter() - self._work_done)
+        self._step = self.tracker.step(state.global_step + 1)
+        self._step.__enter__()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.tracker is None or self._begin is None:
+        step, self._step = self._step, None
+        if self.tracker is None or step is None:
             return
-        now = time.perf_counter()
-        started = self._last_end if self._last_end is not None else self._begin
-        data = self._begin - self._last_end if self._last_end is not None else None
         seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
-        tokens = seen - self._tokens_seen if seen > self._tokens_seen else None
+        step.tokens = seen - self._tokens_seen if seen > self._tokens_seen else None
         self._tokens_seen = max(seen, self._tokens_seen)
-        self.tracker.report(
-            now - started,
-            step=state.global_step,
-            data_seconds=data,
-            tokens=tokens,
-            samples=args.per_device_train_batch_size * args.gradient_accumulation_steps,
-            loss=self._loss,
-        )
-        self._last_end = now
+        step.samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        step.loss = self._loss
+        step.step = state.global_step
+        step.__exit__(None, None, None)
+        self._mark_work_done()
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
         if logs and isinstance(logs.get("loss"), (int, float)):
             self._loss = float(logs["loss"])
+        self._mark_work_done()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mark_work_done()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mark_work_done()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.tracker is not None:

@@ -6,12 +6,14 @@
 Importing this module imports Lightning (``lightning.pytorch``, or the older
 ``pytorch_lightning``); :mod:`fleetscope.client` itself does not. A step is
 one optimizer update (``trainer.global_step`` advancing, so gradient
-accumulation is counted once). ``data_seconds`` sums the gaps between one
-batch's end and the next batch's start, where Lightning fetches the batch.
-Compute and collective waits are not separable from inside Lightning, so
-``compute_seconds`` is not reported. The loss is reported only when it is
-already on the host (or with ``report_loss=True``): reading a GPU loss would
-synchronise the device every step.
+accumulation is counted once), from the end of the previous step to the end
+of its last micro-batch. ``data_seconds`` sums the gaps between one batch's
+end and the next batch's start, where Lightning fetches the batch. The model
+the strategy trains (DDP-wrapped, or FSDP) is watched
+(:meth:`StepTracker.watch`), so collective waits are ``comm_seconds`` and the
+rest is ``compute_seconds``. The loss is reported only when it is already on
+the host (or with ``report_loss=True``): reading a GPU loss would synchronise
+the device every step.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ except ImportError:  # the standalone package name
     except ImportError as exc:  # an optional hook: say which extra brings it
         raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
-from fleetscope.client.tracker import StepTracker
+from fleetscope.client.tracker import StepTracker, _Step
 
 
 def _batch_size(batch: Any) -> int | None:
@@ -45,12 +47,12 @@ class FleetscopeCallback(Callback):
         self.tracker = tracker
         self.report_loss = report_loss
         self._tracker_kwargs = tracker_kwargs
+        self._watched = False
         self._reset()
 
     def _reset(self) -> None:
-        self._step_started: float | None = None
+        self._step: _Step | None = None
         self._last_end: float | None = None
-        self._data = 0.0
         self._samples = 0
         self._last_global_step: int | None = None
 
@@ -63,41 +65,41 @@ class FleetscopeCallback(Callback):
                 **self._tracker_kwargs,
             }
             self.tracker = StepTracker(**options)
+        if not self._watched:
+            self.tracker.watch(getattr(trainer.strategy, "model", None) or pl_module)
+            self._watched = True
         self._reset()
         self._last_global_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        now = time.perf_counter()
-        if self._last_end is not None:
-            self._data += now - self._last_end
-        if self._step_started is None:
-            self._step_started = self._last_end if self._last_end is not None else now
+        if self.tracker is None:
+            return
+        gap = time.perf_counter() - self._last_end if self._last_end is not None else 0.0
+        if self._step is None:
+            self.tracker._add_before_step("data", gap)
+            self._step = self.tracker.step(trainer.global_step + 1)
+            self._step.__enter__()
+        else:  # a later micro-batch of the same optimizer step: its fetch is inside the step
+            self.tracker.add("data", gap)
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        now = time.perf_counter()
-        self._last_end = now
         size = _batch_size(batch)
         if size:
             self._samples += size
-        if (
-            trainer.global_step == self._last_global_step
-            or self.tracker is None
-            or self._step_started is None
-        ):
+        step = self._step
+        if trainer.global_step == self._last_global_step or step is None:
+            self._last_end = time.perf_counter()
             return  # an accumulation micro-batch: the optimizer has not stepped yet
         self._last_global_step = trainer.global_step
-        self.tracker.report(
-            now - self._step_started,
-            step=trainer.global_step,
-            data_seconds=self._data,
-            samples=self._samples or None,
-            loss=self._loss(outputs),
-        )
-        self._step_started = None
-        self._data = 0.0
+        step.step = trainer.global_step
+        step.samples = self._samples or None
+        step.loss = self._loss(outputs)
+        step.__exit__(None, None, None)
+        self._step = None
         self._samples = 0
+        self._last_end = time.perf_counter()
 
     def _loss(self, outputs: Any) -> float | None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs

@@ -1,16 +1,20 @@
-"""Who is pushing: job id, rank and local rank from arguments or the launcher's environment.
+"""Who is pushing: job id, rank, local rank and GPU from arguments or the launcher's environment.
 
 torchrun sets RANK, LOCAL_RANK, WORLD_SIZE and TORCHELASTIC_RUN_ID (the
 rendezvous id, ``none`` when not given); Slurm sets SLURM_JOB_ID,
 SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS. Under ``srun torchrun`` both
 are present and torchrun's per-process values win for ranks, while the Slurm
 job id wins for the job (it is the id the rest of the cluster knows).
+
+The GPU is named the way the node's daemon names it, so a rank's series join
+its GPU's (``gpu`` label: the node's device index, or a UUID when that is all
+the process can know). See :func:`node_gpu`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEFAULT_URL = "http://127.0.0.1:9402"
@@ -63,8 +67,71 @@ def push_url(url: str | None = None, environ: Mapping[str, str] | None = None) -
     return (url or env.get("FLEETSCOPE_PUSH_URL") or DEFAULT_URL).rstrip("/")
 
 
-def visible_gpu(environ: Mapping[str, str] | None = None) -> str | None:
-    """The GPU of a process that sees exactly one (CUDA_VISIBLE_DEVICES=3 or =GPU-uuid)."""
+def _devices(text: str | None) -> list[str] | None:
+    """A device list variable: None when unset (no restriction), [] when it hides every device."""
+    if text is None:
+        return None
+    text = text.strip()
+    if text.lower() in ("all", ""):
+        return None if text.lower() == "all" else []
+    if text.lower() in ("none", "void"):
+        return []
+    return [d.strip() for d in text.split(",") if d.strip()]
+
+
+def _pick(devices: Sequence[str], ordinal: int) -> str | None:
+    return devices[ordinal] if 0 <= ordinal < len(devices) else None
+
+
+def node_gpu(
+    environ: Mapping[str, str] | None = None, local_rank: int | None = None, device: int | None = None
+) -> str | None:
+    """The node's name for the GPU this process computes on, or None when it cannot tell.
+
+    ``device`` is the CUDA ordinal the process uses (``torch.cuda.current_device()``); by the
+    torchrun convention it is ``LOCAL_RANK`` when the process sees several GPUs, else 0. The
+    ordinal indexes ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-``/``MIG-`` UUIDs), which itself
+    indexes what the container or the Slurm step was given: ``NVIDIA_VISIBLE_DEVICES`` (the NVIDIA
+    container runtime renumbers the GPUs it exposes from 0) or ``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``
+    (with cgroup-constrained devices Slurm also renumbers from 0). A MIG instance is named by its UUID:
+    a process computes on one MIG instance, the first it sees.
+    """
     env = os.environ if environ is None else environ
-    devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return devices[0] if len(devices) == 1 else None
+    cuda = _devices(env.get("CUDA_VISIBLE_DEVICES"))
+    given = _devices(env.get("NVIDIA_VISIBLE_DEVICES"))
+    if given is None:
+        given = _devices(env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"))
+    if cuda == [] or given == []:
+        return None  # this process sees no GPU
+    visible = cuda if cuda is not None else given
+    if visible is not None and any(d.startswith("MIG-") for d in visible):
+        return visible[0]
+    if device is None:
+        if visible is not None and len(visible) == 1:
+            device = 0
+        elif local_rank is not None:
+            device = local_rank
+        else:
+            return None
+    if cuda is None:
+        return _pick(given, device) if given is not None else str(device)
+    entry = _pick(cuda, device)
+    if entry is None or not entry.isdigit() or given is None or cuda == given:
+        return entry
+    # CUDA_VISIBLE_DEVICES counts within what the container or the Slurm step was given.
+    return _pick(given, int(entry))
+
+
+def process_start_time(pid: int | None = None, procfs: str = "/proc") -> int | None:
+    """Start time of a process in clock ticks after boot (field 22 of /proc/<pid>/stat); None off Linux.
+
+    The same number in every PID namespace, so with the pid it identifies the process, tells a restart
+    from the old process, and lets the node's daemon find it from outside a container.
+    """
+    try:
+        with open(f"{procfs}/{'self' if pid is None else pid}/stat", "rb") as stat:
+            text = stat.read().decode("ascii", "replace")
+        # The command name (field 2) is in parentheses and may contain anything, spaces included.
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

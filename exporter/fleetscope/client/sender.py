@@ -7,6 +7,16 @@ batch goes back to the front of the buffer (still subject to the bound) and
 the thread backs off exponentially with jitter. Records the daemon refuses
 as invalid (4xx other than 429) are dropped and counted instead of retried.
 Nothing here raises into the caller.
+
+With the rank's fields given (as :class:`~fleetscope.client.StepTracker`
+does), the thread sends one report per flush interval to ``/api/v1/report``:
+the rank's fields once, the steps buffered since the last report, and the
+rank's position, read from the tracker at send time. So the report doubles as
+a heartbeat of the process: it goes out every interval while the process
+lives, whatever the training thread is doing. The last report, when the
+sender closes (``tracker.close()`` or interpreter exit), says ``ended``. A
+daemon without that route (404: an older fleetscope) gets flat records on
+``/api/v1/steps`` instead, without positions.
 """
 
 from __future__ import annotations
@@ -21,12 +31,15 @@ import threading
 import urllib.parse
 import weakref
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger("fleetscope.client")
 
 STEPS_PATH = "/api/v1/steps"
+REPORT_PATH = "/api/v1/report"
+ENDED = "ended"
 
 
 @dataclass(frozen=True)
@@ -117,9 +130,15 @@ class Sender:
         flush_interval: float = 1.0,
         timeout: float = 2.0,
         max_backoff: float = 30.0,
+        rank_fields: Mapping[str, Any] | None = None,
+        position: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
-        self.endpoint = url + STEPS_PATH
+        self.url = url
         self.token = token
+        # Reports (steps + position) when the rank's fields are known; flat records otherwise.
+        self.rank_fields = dict(rank_fields) if rank_fields is not None else None
+        self.position = position
+        self.reports = rank_fields is not None
         self.batch_size = max(1, batch_size)
         self.flush_interval = flush_interval
         self.timeout = timeout
@@ -134,12 +153,13 @@ class Sender:
         # One kept-alive connection to the daemon: a new connection per push costs the daemon more
         # than twice the CPU of the push itself (benchmarks). http.client also ignores HTTP_PROXY,
         # which must not capture pushes to a daemon on this node.
-        parts = urllib.parse.urlsplit(self.endpoint)
+        parts = urllib.parse.urlsplit(url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port
-        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._base = parts.path
         self._connection: http.client.HTTPConnection | None = None
+        self._forked = False
         _register_cleanup(self)
 
     # -- training thread side -----------------------------------------------------------------
@@ -150,9 +170,14 @@ class Sender:
         if self.buffer.put(record) >= self.batch_size:
             self._wake.set()
 
+    def start(self) -> None:
+        """Start the thread now (a tracker does: its reports are the rank's heartbeat from the start)."""
+        if self._thread is None:
+            self._start()
+
     def _start(self) -> None:
         with self._start_lock:
-            if self._thread is None and not self._stop.is_set():
+            if self._thread is None and not self._stop.is_set() and not self._forked:
                 self._thread = threading.Thread(target=self._run, name="fleetscope-push", daemon=True)
                 self._thread.start()
 
@@ -168,12 +193,17 @@ class Sender:
             thread.join(timeout)
 
     def after_fork(self) -> None:
-        """In a forked child: the parent's thread does not exist here, and its locks may be held."""
+        """In a forked child (a DataLoader worker): the parent's thread, locks and socket are not ours.
+
+        The child never sends: it is not the rank, and a report from it (its exit's ``ended`` above all)
+        would speak for the rank.
+        """
         self.buffer = RecordBuffer(self.buffer.capacity)
         self._thread = None
         self._start_lock = threading.Lock()
         self._wake = threading.Event()
-        self._connection = None  # the parent's socket is not ours to use
+        self._connection = None
+        self._forked = True
 
     # -- sender thread ------------------------------------------------------------------------
 
@@ -188,12 +218,14 @@ class Sender:
                     self._wake.wait(self.flush_interval)
                 self._wake.clear()
                 stopping = self._stop.is_set()
+            heartbeat = self.reports  # every cycle sends one report, steps or not
             while True:
                 batch = self.buffer.take(self.batch_size)
-                if not batch:
+                if not batch and not heartbeat:
                     backoff = 0.0
                     break
-                outcome = self._deliver(batch)
+                outcome = self._deliver(batch, self._position(stopping) if self.reports else None)
+                heartbeat = False
                 if outcome is None:
                     self.buffer.give_back(batch)
                     self.failures += 1
@@ -201,25 +233,46 @@ class Sender:
                     break
                 self.buffer.settle(batch, delivered=outcome)
                 backoff = 0.0
+                if not batch:
+                    break
             if stopping:
                 self._disconnect()
                 return
 
-    def _deliver(self, batch: list[dict[str, Any]]) -> bool | None:
+    def _position(self, ending: bool) -> dict[str, Any] | None:
+        try:
+            position = self.position() if self.position is not None else None
+        except Exception as exc:  # the tracker's bug must not stop delivery
+            logger.debug("fleetscope: reading the position failed: %r", exc)
+            position = None
+        if ending and position is not None:
+            position = {**position, "phase": ENDED}
+        return position
+
+    def _deliver(self, batch: list[dict[str, Any]], position: dict[str, Any] | None) -> bool | None:
         """True: stored. False: refused for good (dropped, counted). None: retry later."""
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.reports and self.rank_fields is not None:
+            path, payload = REPORT_PATH, {**self.rank_fields, "steps": batch, "position": position}
+        else:
+            path, payload = STEPS_PATH, self._records(batch)
         try:
-            body = json.dumps(batch).encode()
+            body = json.dumps(payload, allow_nan=True).encode()
         except (TypeError, ValueError) as exc:  # a value json cannot encode: never retry it forever
             logger.warning("fleetscope: dropping %d records that cannot be encoded: %s", len(batch), exc)
             return False
         try:
-            status, detail = self._post(body, headers)
+            status, detail = self._post(self._base + path, body, headers)
         except Exception as exc:  # connection refused, timeout, DNS: the daemon is down or slow
             self._warn(f"{type(exc).__name__}: {exc}")
             return None
+        if status == 404 and self.reports:
+            logger.info("fleetscope: %s has no %s (an older daemon): pushing steps without positions",
+                        self.url, REPORT_PATH)
+            self.reports = False
+            return self._deliver(batch, None) if batch else True
         if status < 300:
             return True
         if status == 429 or status >= 500:
@@ -229,13 +282,19 @@ class Sender:
                        detail[:300].decode("utf-8", "replace"))
         return False
 
-    def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    def _records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Flat records: the rank's fields repeated in each step (for /api/v1/steps)."""
+        if self.rank_fields is None:
+            return batch
+        return [{**self.rank_fields, **entry} for entry in batch]
+
+    def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """POST on the kept-alive connection; a connection the daemon closed while idle is replaced once."""
         for attempt in (1, 2):
             reused = self._connection is not None
             connection = self._connection or self._connect()
             try:
-                connection.request("POST", self._path, body=body, headers=headers)
+                connection.request("POST", path, body=body, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
@@ -265,10 +324,10 @@ class Sender:
         if not self._warned:
             self._warned = True
             logger.warning(
-                "fleetscope: cannot push to %s (%s); buffering and retrying", self.endpoint, message
+                "fleetscope: cannot push to %s (%s); buffering and retrying", self.url, message
             )
         else:
-            logger.debug("fleetscope: push to %s failed: %s", self.endpoint, message)
+            logger.debug("fleetscope: push to %s failed: %s", self.url, message)
 
 
 def _register_cleanup(sender: Sender) -> None:

@@ -13,43 +13,43 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
+from fleetscope import record
 from fleetscope.collectors.protocol import App, Collector, HasRouters
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training
 from fleetscope.push.gateway import GroupStore, GroupView, owned_names
-from fleetscope.push.store import DURATIONS, RankView, StepStore, StoreView
+from fleetscope.push.store import RankView, StepStore, StoreView
+from fleetscope.record import Role
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
+# Series labels of a rank: its key (job exposed as training_job, see docs/design.md) and LABEL fields.
+LABEL_FIELDS = record.names(Role.LABEL, record.RANK_FIELDS)
+RANK_LABELS = ("training_job", "rank", *LABEL_FIELDS)
+VALUE_SPECS = tuple((key, spec) for key, spec in training.TABLE.specs.items() if spec.kind != "info")
 
-def _label(value: int | None) -> str:
+
+def _label(value: object) -> str:
     # Unknown placement is an empty label value: Prometheus treats it as "label absent".
     return "" if value is None else str(value)
 
 
 def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
-    labels = (rank.job, str(rank.rank), _label(rank.local_rank), _label(rank.pp_stage))
-    builder.add(training.TABLE["step"], labels, rank.steps)
-    for name in DURATIONS:
-        builder.add(training.TABLE[f"{name}_seconds"], labels, rank.seconds.get(name))
-        builder.add(training.TABLE[f"{name}_median"], labels, rank.medians.get(name))
-    builder.add(training.TABLE["tokens"], labels, rank.tokens)
-    builder.add(training.TABLE["samples"], labels, rank.samples)
-    builder.add(training.TABLE["last_step"], labels, rank.last_step)
-    builder.add(training.TABLE["timestamp"], labels, rank.last_step_timestamp)
-    builder.add(training.TABLE["last_push"], labels, rank.last_push_timestamp)
-    builder.add(training.TABLE["loss"], labels, rank.loss)
-    builder.add_info(
-        training.TABLE["rank_info"],
-        labels,
-        {
-            "dp_rank": _label(rank.dp_rank),
-            "world_size": _label(rank.world_size),
-            "gpu": rank.gpu or "",
-        },
-    )
+    labels = (rank.job, str(rank.rank), *(_label(rank.fields.get(name)) for name in LABEL_FIELDS))
+    for key, spec in VALUE_SPECS:
+        builder.add(spec, labels, rank.values.get(key))
+    info = training.RANK_INFO
+    builder.add_info(info, labels, {key: _label(rank.fields.get(key)) for key in info.info_keys})
+    position = rank.position
+    if position is not None:
+        # One series per phase, 0 or 1: a phase label that moved with the rank would start a new series
+        # at every change, and a scrape could catch none.
+        for phase in record.PHASES:
+            builder.add(training.PHASE, (*labels, phase), 1 if phase == position.phase else 0)
+        builder.add(training.PHASE_START_TIMESTAMP_SECONDS, labels, position.since)
+        builder.add(training.CURRENT_STEP, labels, position.step)
 
 
 def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_expired: int) -> None:
@@ -91,7 +91,7 @@ def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
 
 class StepsCollector(Collector, HasRouters):
     name = "steps"
-    tables = (training.TABLE, push.TABLE)
+    tables = (training.TABLE, training.POSITION_TABLE, push.TABLE)
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config

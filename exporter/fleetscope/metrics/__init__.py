@@ -49,6 +49,7 @@ ALL_TABLES: tuple[MetricTable, ...] = (
     ena.TABLE,
     *gpu.TABLES,
     training.TABLE,
+    training.POSITION_TABLE,
     push.TABLE,
     nccl.TABLE,
     http.TABLE,

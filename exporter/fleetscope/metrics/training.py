@@ -1,6 +1,11 @@
-"""Per-rank training series, from the step records each rank pushes (``POST /api/v1/steps``).
+"""Per-rank training series, from the steps and positions each rank pushes (``POST /api/v1/report``,
+``POST /api/v1/steps``).
 
-Keyed by the step record's field (or the receiver's derived value) each metric is read from.
+:data:`TABLE` is keyed by the value each metric is read from: a step field of
+:mod:`fleetscope.record` (summed, or the newest), its rolling median
+(``<field>_median``), or the receiver's own ``steps`` and ``last_push``
+(:func:`fleetscope.record.value_keys`). :data:`POSITION_TABLE` holds where
+each rank is now.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ def _rank(name: str, kind: MetricKind, help: str, raw: str, unit: str = "") -> M
     return MetricSpec(name, kind, help, RANK_LABELS, unit=unit, raw=raw)
 
 
-STEPS_TOTAL = _rank("fleetscope_training_steps_total", "counter", "Steps the rank has reported.", "step")
+STEPS_TOTAL = _rank("fleetscope_training_steps_total", "counter", "Steps the rank has reported.", "steps")
 STEP_SECONDS_TOTAL = _rank(
     "fleetscope_training_step_seconds_total", "counter", "Wall time of the reported steps.", "step_seconds",
     "seconds")
@@ -32,7 +37,7 @@ COMM_SECONDS_TOTAL = _rank(
 TOKENS_TOTAL = _rank("fleetscope_training_tokens_total", "counter", "Tokens the rank processed.", "tokens")
 SAMPLES_TOTAL = _rank("fleetscope_training_samples_total", "counter", "Samples the rank processed.", "samples")
 LAST_STEP = _rank(
-    "fleetscope_training_last_step", "gauge", "Step number of the rank's newest record.", "last_step")
+    "fleetscope_training_last_step", "gauge", "Step number of the rank's newest record.", "step")
 LAST_STEP_TIMESTAMP_SECONDS = _rank(
     "fleetscope_training_last_step_timestamp_seconds", "gauge",
     "Unix time the rank's newest reported step completed.", "timestamp", "seconds")
@@ -42,26 +47,40 @@ LAST_PUSH_TIMESTAMP_SECONDS = _rank(
 LOSS = _rank("fleetscope_training_loss", "gauge", "Loss of the rank's newest step that reported one.", "loss")
 STEP_SECONDS_MEDIAN = _rank(
     "fleetscope_training_step_seconds_median", "gauge",
-    "Median step wall time over the rank's last push.median-window steps.", "step_median", "seconds")
+    "Median step wall time over the rank's last push.median-window steps.", "step_seconds_median", "seconds")
 DATA_SECONDS_MEDIAN = _rank(
     "fleetscope_training_data_seconds_median", "gauge",
-    "Median data wait over the rank's last push.median-window steps that reported it.", "data_median", "seconds")
+    "Median data wait over the rank's last push.median-window steps that reported it.", "data_seconds_median", "seconds")
 COMPUTE_SECONDS_MEDIAN = _rank(
     "fleetscope_training_compute_seconds_median", "gauge",
-    "Median compute time over the rank's last push.median-window steps that reported it.", "compute_median",
+    "Median compute time over the rank's last push.median-window steps that reported it.", "compute_seconds_median",
     "seconds")
 COMM_SECONDS_MEDIAN = _rank(
     "fleetscope_training_comm_seconds_median", "gauge",
     "Median exposed communication wait over the rank's last push.median-window steps that reported it.",
-    "comm_median", "seconds")
+    "comm_seconds_median", "seconds")
 RANK_INFO = MetricSpec(
     "fleetscope_training_rank_info", "info", "Placement of a rank as it last reported it.", RANK_LABELS,
     info_keys=("dp_rank", "world_size", "gpu"))
 
+# Where a rank is now (its position, reported at least once a second while the process lives).
+PHASE = MetricSpec(
+    "fleetscope_training_phase", "gauge",
+    "1 for the phase the rank is in now, 0 for the others: data (waiting for input), compute (its own work), "
+    "comm (waiting in a collective), other (a phase of the user's naming), idle (between steps), ended (the "
+    "process said goodbye).",
+    (*RANK_LABELS, "phase"), raw="phase")
+PHASE_START_TIMESTAMP_SECONDS = _rank(
+    "fleetscope_training_phase_start_timestamp_seconds", "gauge",
+    "Unix time the rank entered the phase it is in now.", "since", "seconds")
+CURRENT_STEP = _rank(
+    "fleetscope_training_current_step", "gauge", "Step the rank is in now (the next one when between steps).",
+    "step")
+
 TABLE = table(
     "steps",
-    "Training steps pushed by each rank to POST /api/v1/steps; series expire after push.rank-ttl "
-    "without pushes.",
+    "Training steps pushed by each rank (POST /api/v1/report, or flat records to POST /api/v1/steps); series "
+    "expire after push.rank-ttl without pushes (5 minutes once the rank said goodbye).",
     [
         *((spec.raw, spec) for spec in (
             STEPS_TOTAL, STEP_SECONDS_TOTAL, DATA_SECONDS_TOTAL, COMPUTE_SECONDS_TOTAL, COMM_SECONDS_TOTAL,
@@ -70,4 +89,12 @@ TABLE = table(
         )),
         ("rank_info", RANK_INFO),
     ],
+)
+
+POSITION_TABLE = table(
+    "positions",
+    "Where each rank is now, from the position fleetscope.client reports at least once a second (POST "
+    "/api/v1/report) while the process lives; gone with the rank's other series.",
+    [("phase", PHASE), ("since", PHASE_START_TIMESTAMP_SECONDS), ("step", CURRENT_STEP)],
+    collector="steps",
 )

@@ -1,6 +1,7 @@
 """HTTP routes of the push API (FastAPI), mounted on the ``"push"`` app.
 
 * ``POST /api/v1/steps``: one step record or a batch (see :mod:`.models`).
+* ``POST /api/v1/report``: one rank's report: its steps since the last one and its position.
 * ``DELETE /api/v1/jobs/{job}``: the job ended; its series go at once.
 * ``PUT``/``POST``/``DELETE /metrics/job/<job>{/<label>/<value>}``: Pushgateway groups.
 
@@ -30,7 +31,17 @@ from fleetscope.push.gateway import (
     parse_exposition,
     parse_group_path,
 )
-from fleetscope.push.models import JobEndResult, PushResult, RecordError, parse_records, request_body_schema
+from fleetscope.push.models import (
+    JobEndResult,
+    PushResult,
+    RankReport,
+    RecordError,
+    parse_records,
+    parse_report,
+    report_body_schema,
+    reports_from_records,
+    request_body_schema,
+)
 from fleetscope.push.store import LimitExceeded, StepStore
 
 INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
@@ -121,41 +132,63 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
 
     router = APIRouter(tags=["push"])
 
-    @router.post(
-        "/api/v1/steps",
-        response_model=PushResult,
-        summary="Push one training step record or a batch of them.",
-        description=(
-            "Body: one record (object) or a batch (array). A batch is all-or-nothing: if any record is "
-            "invalid "
-            "(422, naming the field) or the batch would exceed the node's limits on jobs or ranks (429), "
-            "nothing from it is stored."
-        ),
-        openapi_extra=request_body_schema(),
-        responses={
-            **ERROR_RESPONSES,
-            422: {"description": "A record is invalid; `detail` names each bad field."},
-        },
-    )
-    async def push_steps(request: Request) -> Any:
+    async def push(request: Request, parse: Callable[[bytes], list[RankReport]]) -> Any:
         try:
             require_token(request)
             body = await read_bounded(request, config.max_body_bytes)
 
-            def store_body() -> int:
+            def store_body() -> PushResult:
                 try:
-                    records = parse_records(body)
+                    reports = parse(body)
                 except RecordError as exc:
                     raise PushRefused(422, "invalid", exc.detail) from None
                 try:
-                    return store.ingest(records)
+                    result = store.ingest(reports)
                 except LimitExceeded as exc:
                     raise PushRefused(429, "limit", str(exc)) from None
+                return PushResult(accepted=result.accepted, out_of_order=result.out_of_order)
 
-            accepted = await _maybe_offload(len(body), store_body)
+            return await _maybe_offload(len(body), store_body)
         except PushRefused as exc:
             return refused(exc)
-        return PushResult(accepted=accepted)
+
+    all_or_nothing = (
+        "If any record is invalid (422, naming the field) or the push would exceed the node's limits on jobs or "
+        "ranks (429), nothing from it is stored. Within one process of a rank (same `pid` and `start_time`), "
+        "steps must go forward: a step at or below the last one is refused and counted (`out_of_order`)."
+    )
+    push_responses: dict[int | str, dict[str, Any]] = {
+        **ERROR_RESPONSES,
+        422: {"description": "A record is invalid; `detail` names each bad field."},
+    }
+
+    @router.post(
+        "/api/v1/steps",
+        response_model=PushResult,
+        response_model_exclude_defaults=True,  # out_of_order only when some were
+        summary="Push one training step record or a batch of them.",
+        description=f"Body: one record (object) or a batch (array). {all_or_nothing}",
+        openapi_extra=request_body_schema(),
+        responses=push_responses,
+    )
+    async def push_steps(request: Request) -> Any:
+        return await push(request, lambda body: reports_from_records(parse_records(body)))
+
+    @router.post(
+        "/api/v1/report",
+        response_model=PushResult,
+        response_model_exclude_defaults=True,
+        summary="Push one rank's report: the steps it completed since its last report, and where it is now.",
+        description=(
+            "Body: the rank's fields once, `steps` (oldest first) and `position` (the open step and the phase "
+            f"the rank is in; `ended` says goodbye). fleetscope.client sends one at least once a second. "
+            f"{all_or_nothing}"
+        ),
+        openapi_extra=report_body_schema(),
+        responses=push_responses,
+    )
+    async def push_report(request: Request) -> Any:
+        return await push(request, lambda body: [parse_report(body)])
 
     @router.delete(
         "/api/v1/jobs/{job}",

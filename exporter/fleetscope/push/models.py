@@ -1,60 +1,128 @@
-"""The push API's wire format: one pydantic model for a step record.
+"""The push API's wire format, derived from the field tables in :mod:`fleetscope.record`.
 
-A body is one record (a JSON object) or a batch (a JSON array). A batch is
-validated in one ``TypeAdapter`` call, which stays in pydantic-core and costs
-about 2 µs per record; ``parse_records`` picks the adapter from the body's
-first byte so an error names the record's field (``body[3].rank``) instead of
-listing both branches of a union.
+Two bodies carry steps:
+
+* ``POST /api/v1/steps``: one flat record (a JSON object) or a batch of them (a
+  JSON array), each record repeating the rank's fields;
+* ``POST /api/v1/report``: one rank's report: its fields once, the steps it
+  completed since its last report, and its position (the open step and the
+  phase it is in). :mod:`fleetscope.client` sends these, at least once a second.
+
+Both validate into plain dicts (pydantic ``TypedDict`` validation stays in
+pydantic-core: a few µs per record) and become the same :class:`RankReport`
+for the store. ``parse_*`` picks the adapter from the body's first byte so an
+error names the record's field (``body[3].rank``) instead of listing both
+branches of a union. Unknown fields are ignored, so a newer client can talk to
+an older daemon.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from typing_extensions import NotRequired, Required, TypedDict
 
-# Bounds that keep one pusher from blowing up label cardinality or memory.
-MAX_ID_LENGTH = 128
-MAX_RANK = 1 << 24
+from fleetscope import record
+from fleetscope.record import RANK_FIELDS, Role
 
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
+_PYTHON_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
 
 
-class StepRecord(BaseModel):
-    """One completed training step of one rank."""
-
-    # Unknown fields are ignored so that a newer client can talk to an older daemon.
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    job: Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH, description="Training job id.")]
-    rank: Annotated[int, Field(ge=0, lt=MAX_RANK, description="Global rank of the pushing process.")]
-    step: Annotated[int, Field(ge=0, description="Step number (optimizer updates so far).")]
-    step_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False, description="Wall time of the step.")]
-    data_seconds: Seconds | None = Field(None, description="Time spent waiting for input data.")
-    compute_seconds: Seconds | None = Field(
-        None, description="The rank's own work (forward, backward, optimizer), excluding collective waits."
+def _constrained(field: record.Field, kind: str) -> Any:
+    numeric = kind in ("int", "float")
+    constraints = Field(
+        ge=field.minimum if numeric else None,
+        gt=field.above if numeric else None,
+        le=field.maximum if numeric else None,
+        lt=field.below if numeric else None,
+        min_length=field.min_length if kind == "str" else None,
+        max_length=field.max_length if kind == "str" else None,
+        allow_inf_nan=(not field.finite) if kind == "float" else None,
     )
-    comm_seconds: Seconds | None = Field(None, description="Exposed wait in collective communication.")
-    tokens: Count | None = Field(None, description="Tokens processed by this rank in the step.")
-    samples: Count | None = Field(None, description="Samples processed by this rank in the step.")
-    loss: float | None = Field(
-        None, description="Loss of the step (NaN and infinities allowed: they are news)."
-    )
-    local_rank: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
-    world_size: Annotated[int, Field(ge=1, le=MAX_RANK)] | None = None
-    pp_stage: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
-    dp_rank: Annotated[int, Field(ge=0, lt=MAX_RANK)] | None = None
-    gpu: Annotated[int, Field(ge=0)] | Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = Field(
-        None, description="GPU index or UUID the rank runs on."
-    )
-    timestamp: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
-        None, description="Unix time the step completed (default: when the daemon received it)."
-    )
+    return Annotated[_PYTHON_TYPES[kind], constraints]
+
+
+def annotation(field: record.Field, literal: Sequence[str] = ()) -> Any:
+    """The field's type with its bounds and description; ``None`` allowed unless required."""
+    if literal:
+        kind: Any = Literal[tuple(literal)]
+    else:
+        branches = [_constrained(field, kind) for kind in field.type.split("|")]
+        kind = branches[0] if len(branches) == 1 else _union(branches)
+    if not field.required:
+        kind = kind | None
+    described = Annotated[kind, Field(description=field.help)]
+    return Required[described] if field.required else NotRequired[described]
+
+
+def _union(branches: list[Any]) -> Any:
+    union = branches[0]
+    for branch in branches[1:]:
+        union = union | branch
+    return union
+
+
+def _typed_dict(
+    name: str, fields: Sequence[record.Field], choices: Mapping[str, Sequence[str]] | None = None, **extra: Any
+) -> Any:
+    """A TypedDict of the fields (``choices``: fields whose value is one of a few strings), plus ``extra``."""
+    annotations = {f.name: annotation(f, (choices or {}).get(f.name, ())) for f in fields}
+    annotations.update(extra)
+    return TypedDict(name, annotations, total=False)  # type: ignore[operator]
+
+
+StepRecord = _typed_dict("StepRecord", record.RECORD_FIELDS)
+Step = _typed_dict("Step", record.STEP_FIELDS)
+Position = _typed_dict("Position", record.POSITION_FIELDS, choices={"phase": record.PHASES})
+Report = _typed_dict(
+    "Report",
+    RANK_FIELDS,
+    steps=NotRequired[Annotated[list[Step], Field(description="Steps completed since the last report, oldest first.")]],  # type: ignore[valid-type]
+    position=NotRequired[Annotated[Position | None, Field(description="Where the rank is now.")]],  # type: ignore[valid-type]
+)
+
+ONE = TypeAdapter(StepRecord)
+BATCH = TypeAdapter(list[StepRecord])  # type: ignore[valid-type]
+REPORT = TypeAdapter(Report)
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one push says about one rank: the form the store takes, whichever body carried it."""
+
+    job: str
+    rank: int
+    fields: Mapping[str, Any]  # placement and process fields the push states (None ones left out)
+    steps: Sequence[Mapping[str, Any]]  # step fields, oldest first
+    position: Mapping[str, Any] | None = None
+
+
+_STATED = tuple(f.name for f in RANK_FIELDS if f.role is not Role.KEY)
+_STEP_NAMES = tuple(f.name for f in record.STEP_FIELDS)
+
+
+def _stated(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: values[name] for name in _STATED if values.get(name) is not None}
+
+
+def reports_from_records(records: Sequence[Mapping[str, Any]]) -> list[RankReport]:
+    """Flat records grouped per rank, in order; a rank's fields are the newest each record states."""
+    grouped: dict[tuple[str, int], tuple[dict[str, Any], list[Mapping[str, Any]]]] = {}
+    for rec in records:
+        stated, steps = grouped.setdefault((rec["job"], rec["rank"]), ({}, []))
+        stated.update(_stated(rec))
+        steps.append({name: rec[name] for name in _STEP_NAMES if rec.get(name) is not None})
+    return [RankReport(job, rank, stated, steps) for (job, rank), (stated, steps) in grouped.items()]
 
 
 class PushResult(BaseModel):
-    accepted: int = Field(description="Records stored.")
+    accepted: int = Field(description="Step records stored.")
+    out_of_order: int = Field(
+        0, description="Step records refused because the rank's process already reported that step or a later one."
+    )
 
 
 class JobEndResult(BaseModel):
@@ -62,19 +130,20 @@ class JobEndResult(BaseModel):
     ranks_removed: int
 
 
-ONE = TypeAdapter(StepRecord)
-BATCH = TypeAdapter(list[StepRecord])
-
-
 def request_body_schema() -> dict[str, Any]:
     """OpenAPI requestBody for POST /api/v1/steps (the route reads its body itself, to bound it)."""
-    record = StepRecord.model_json_schema()
-    schema = {"anyOf": [record, {"type": "array", "items": record, "title": "Batch"}]}
+    one = ONE.json_schema()
+    schema = {"anyOf": [one, {"type": "array", "items": one, "title": "Batch"}]}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
+def report_body_schema() -> dict[str, Any]:
+    """OpenAPI requestBody for POST /api/v1/report."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": REPORT.json_schema()}}}}
+
+
 class RecordError(ValueError):
-    """A body that is not a valid record or batch; ``detail`` names each bad field."""
+    """A body that is not a valid record, batch or report; ``detail`` names each bad field."""
 
     def __init__(self, detail: list[dict[str, Any]]) -> None:
         super().__init__("; ".join(f"{d['field']}: {d['msg']}" for d in detail))
@@ -91,16 +160,43 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
-def parse_records(body: bytes) -> list[StepRecord]:
+def _record_error(exc: ValidationError) -> RecordError:
+    detail = [
+        {"field": _field_name(tuple(err["loc"])), "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False)[:20]
+    ]
+    return RecordError(detail)
+
+
+def _check_rank_in_world(values: Mapping[str, Any], where: str) -> None:
+    world, rank = values.get("world_size"), values.get("rank")
+    if world is not None and rank is not None and rank >= world:
+        raise RecordError([{
+            "field": f"{where}.rank",
+            "msg": f"rank {rank} is outside world_size {world}",
+            "type": "rank_outside_world",
+        }])
+
+
+def parse_records(body: bytes) -> list[Mapping[str, Any]]:
     """Validate a JSON body of one record or a batch. Raises :class:`RecordError`."""
     batch = body.lstrip()[:1] == b"["
     try:
-        if batch:
-            return BATCH.validate_json(body)
-        return [ONE.validate_json(body)]
+        records: list[Mapping[str, Any]] = BATCH.validate_json(body) if batch else [ONE.validate_json(body)]
     except ValidationError as exc:
-        detail = [
-            {"field": _field_name(tuple(err["loc"])), "msg": err["msg"], "type": err["type"]}
-            for err in exc.errors(include_url=False, include_input=False)[:20]
-        ]
-        raise RecordError(detail) from None
+        raise _record_error(exc) from None
+    for index, rec in enumerate(records):
+        _check_rank_in_world(rec, f"body[{index}]" if batch else "body")
+    return records
+
+
+def parse_report(body: bytes) -> RankReport:
+    """Validate a JSON body of one rank's report. Raises :class:`RecordError`."""
+    try:
+        values: Mapping[str, Any] = REPORT.validate_json(body)
+    except ValidationError as exc:
+        raise _record_error(exc) from None
+    _check_rank_in_world(values, "body")
+    return RankReport(
+        values["job"], values["rank"], _stated(values), values.get("steps") or [], values.get("position")
+    )

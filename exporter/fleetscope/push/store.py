@@ -1,13 +1,21 @@
-"""In-memory state of pushed training steps, per (job, rank).
+"""In-memory state of pushed training steps and positions, per (job, rank).
 
 Written by the push API (event loop and threadpool), read by scrapes. One lock
-guards everything; a batch is first validated and summed per rank outside the
-lock, so the lock is held for a few dict updates per rank, not per record.
-A batch is all-or-nothing: the limits on jobs and ranks are checked for the
-whole batch before anything is applied.
+guards everything; a push is validated and grouped per rank before the lock,
+so the lock is held for a few dict updates per rank. The limits on jobs and
+ranks are checked for the whole push before anything is applied.
 
-Readers get frozen :class:`RankView` snapshots; nothing here knows about
-Prometheus.
+What is kept of each field follows its :class:`~fleetscope.record.Role`, and
+the values a scrape reads are keyed by :func:`fleetscope.record.value_keys`,
+so no field name is written here.
+
+Bad input is refused and counted, never fatal: within one process of a rank
+(same ``pid`` and ``start_time``) a step at or below the last one is out of
+order; a completion time in the future or before the rank's previous one (a
+clock that went backwards) is replaced by the time the daemon received it;
+a new process of the same rank (a restart, which may begin again at step 0)
+starts its own order. Readers get frozen :class:`RankView` snapshots; nothing
+here knows about Prometheus.
 """
 
 from __future__ import annotations
@@ -16,18 +24,36 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from fleetscope import record
 from fleetscope.config import PushConfig
-from fleetscope.push.models import StepRecord
+from fleetscope.push.models import RankReport
+from fleetscope.record import Role
 
-DURATIONS = ("step", "data", "compute", "comm")
 EXPIRE_EVERY = 1.0  # seconds between expiry sweeps on the push path
+ENDED_TTL = 300.0  # an ended rank's series stay this long, so the last scrapes see its final counts
+CLOCK_SLACK = 5.0  # a completion time this far ahead of the daemon's clock is a wrong clock
+
+_DURATIONS = record.names(Role.DURATION, record.STEP_FIELDS)
+_COUNTS = record.names(Role.COUNT, record.STEP_FIELDS)
+_LATEST = record.names(Role.LATEST, record.STEP_FIELDS)
+(_NUMBER,) = record.names(Role.NUMBER, record.STEP_FIELDS)
+(_TIME,) = record.names(Role.TIME, record.STEP_FIELDS)
+_PROCESS = record.names(Role.PROCESS, record.RANK_FIELDS)
 
 
 class LimitExceeded(Exception):
     """A push would track more jobs or ranks than configured; nothing was stored."""
+
+
+@dataclass(frozen=True)
+class Position:
+    step: int
+    phase: str
+    since: float  # Unix time the rank entered the phase (never after the daemon received it)
 
 
 @dataclass(frozen=True)
@@ -36,20 +62,15 @@ class RankView:
 
     job: str
     rank: int
-    local_rank: int | None
-    pp_stage: int | None
-    dp_rank: int | None
-    world_size: int | None
-    gpu: str | None
-    steps: int
-    seconds: Mapping[str, float]  # duration name -> total; a duration never pushed is absent
-    medians: Mapping[str, float]  # duration name -> rolling median over the window
-    tokens: int | None
-    samples: int | None
-    last_step: int
-    last_step_timestamp: float
-    last_push_timestamp: float
-    loss: float | None
+    fields: Mapping[str, Any]  # placement and process fields, as last stated
+    values: Mapping[str, float]  # by record.value_keys(); a value never reported is absent
+    position: Position | None  # None: the rank never reported one (an older client, or report())
+
+    @property
+    def process(self) -> tuple[int, int] | None:
+        """(pid, start_time) of the rank's process, when it said."""
+        pid, start = (self.fields.get(name) for name in _PROCESS)
+        return (pid, start) if pid is not None and start is not None else None
 
 
 @dataclass(frozen=True)
@@ -61,63 +82,26 @@ class StoreView:
     expired: Mapping[str, int]
 
 
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int  # step records stored
+    out_of_order: int  # step records refused: their process already reported that step or a later one
+
+
 @dataclass
 class _Rank:
-    job: str
-    rank: int
     window: int
-    local_rank: int | None = None
-    pp_stage: int | None = None
-    dp_rank: int | None = None
-    world_size: int | None = None
-    gpu: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=dict)
     recent: dict[str, deque[float]] = field(default_factory=dict)
-    tokens: int | None = None
-    samples: int | None = None
-    last_step: int = 0
-    last_step_timestamp: float = 0.0
+    latest: dict[str, float] = field(default_factory=dict)
     last_push: float = 0.0
-    loss: float | None = None
+    position: Position | None = None
+    ordered: bool = False  # steps of this process must go forward (it said which process it is)
 
-
-@dataclass
-class _Delta:
-    """A batch's records for one rank, summed outside the lock."""
-
-    last: StepRecord
-    last_timestamp: float
-    steps: int
-    seconds: dict[str, float]
-    recent: dict[str, list[float]]
-    tokens: int | None
-    samples: int | None
-    loss: float | None
-
-
-def _summarise(records: list[StepRecord], now: float, window: int) -> _Delta:
-    seconds: dict[str, float] = {}
-    recent: dict[str, list[float]] = {}
-    for name in DURATIONS:
-        values = [v for v in (getattr(r, f"{name}_seconds") for r in records) if v is not None]
-        if values:
-            seconds[name] = sum(values)
-            recent[name] = values[-window:] if window else []
-    tokens = [r.tokens for r in records if r.tokens is not None]
-    samples = [r.samples for r in records if r.samples is not None]
-    losses = [r.loss for r in records if r.loss is not None]
-    last = records[-1]
-    return _Delta(
-        last=last,
-        last_timestamp=last.timestamp if last.timestamp is not None else now,
-        steps=len(records),
-        seconds=seconds,
-        recent=recent,
-        tokens=sum(tokens) if tokens else None,
-        samples=sum(samples) if samples else None,
-        loss=losses[-1] if losses else None,
-    )
+    def session(self) -> tuple[Any, ...]:
+        return tuple(self.fields.get(name) for name in _PROCESS)
 
 
 class Counter:
@@ -128,8 +112,9 @@ class Counter:
         self._counts: dict[str, int] = {}
 
     def inc(self, key: str, amount: int = 1) -> None:
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + amount
+        if amount:
+            with self._lock:
+                self._counts[key] = self._counts.get(key, 0) + amount
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -152,66 +137,103 @@ class StepStore:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def ingest(self, records: list[StepRecord]) -> int:
-        """Store a validated batch; raises :class:`LimitExceeded` (storing nothing) past the limits."""
-        if not records:
-            return 0
+    def ingest(self, reports: Sequence[RankReport]) -> IngestResult:
+        """Store validated reports; raises :class:`LimitExceeded` (storing nothing) past the limits."""
+        if not reports:
+            return IngestResult(0, 0)
         now = self._clock()
-        grouped: dict[tuple[str, int], list[StepRecord]] = {}
-        for record in records:
-            grouped.setdefault((record.job, record.rank), []).append(record)
-        window = self._config.median_window
-        deltas = {key: _summarise(recs, now, window) for key, recs in grouped.items()}
+        accepted = out_of_order = clock_fixes = 0
         with self._lock:
             self._sweep_locked(now)
-            new_keys = [key for key in deltas if key not in self._ranks]
+            new_keys = {(r.job, r.rank) for r in reports} - self._ranks.keys()
             if new_keys:
-                new_jobs = {job for job, _ in new_keys if job not in self._jobs}
-                if len(self._jobs) + len(new_jobs) > self._config.max_jobs:
-                    raise LimitExceeded(
-                        f"push would track {len(self._jobs) + len(new_jobs)} jobs; this node allows "
-                        f"{self._config.max_jobs} (push.max-jobs)"
-                    )
-                if len(self._ranks) + len(new_keys) > self._config.max_ranks:
-                    raise LimitExceeded(
-                        f"push would track {len(self._ranks) + len(new_keys)} ranks; this node allows "
-                        f"{self._config.max_ranks} (push.max-ranks)"
-                    )
-            for key, delta in deltas.items():
+                self._check_limits_locked(new_keys)
+            for report in reports:
+                key = (report.job, report.rank)
                 state = self._ranks.get(key)
                 if state is None:
-                    state = self._ranks[key] = _Rank(job=key[0], rank=key[1], window=window)
-                    self._jobs[key[0]] = self._jobs.get(key[0], 0) + 1
-                self._apply_locked(state, delta, now)
-            self._records_total += len(records)
-        return len(records)
+                    state = self._ranks[key] = _Rank(window=self._config.median_window)
+                    self._jobs[report.job] = self._jobs.get(report.job, 0) + 1
+                stored, refused, fixed = self._apply_locked(state, report, now)
+                accepted += stored
+                out_of_order += refused
+                clock_fixes += fixed
+            self._records_total += accepted
+        self.rejected.inc("out_of_order", out_of_order)
+        self.rejected.inc("clock", clock_fixes)
+        return IngestResult(accepted, out_of_order)
+
+    def _check_limits_locked(self, new_keys: set[tuple[str, int]]) -> None:
+        new_jobs = {job for job, _ in new_keys if job not in self._jobs}
+        if len(self._jobs) + len(new_jobs) > self._config.max_jobs:
+            raise LimitExceeded(
+                f"push would track {len(self._jobs) + len(new_jobs)} jobs; this node allows "
+                f"{self._config.max_jobs} (push.max-jobs)"
+            )
+        if len(self._ranks) + len(new_keys) > self._config.max_ranks:
+            raise LimitExceeded(
+                f"push would track {len(self._ranks) + len(new_keys)} ranks; this node allows "
+                f"{self._config.max_ranks} (push.max-ranks)"
+            )
+
+    def _apply_locked(self, state: _Rank, report: RankReport, now: float) -> tuple[int, int, int]:
+        """Apply one rank's report; returns (steps stored, steps out of order, clock fixes)."""
+        previous_session = state.session()
+        # Placement and process facts: the newest push that states them wins (a restarted job may move).
+        state.fields.update(report.fields)
+        ordered = all(report.fields.get(name) is not None for name in _PROCESS)
+        if state.session() != previous_session:  # a new process of this rank: its own order and phase
+            state.latest.pop(_NUMBER, None)
+            state.position = None
+        state.ordered = ordered
+        stored = refused = fixed = 0
+        for step in report.steps:
+            number = step[_NUMBER]
+            last = state.latest.get(_NUMBER)
+            if state.ordered and last is not None and number <= last:
+                refused += 1
+                continue
+            fixed += self._add_step_locked(state, step, now)
+            stored += 1
+        if report.position is not None:
+            since = report.position["since"]
+            if since > now:  # a clock ahead of the daemon's: the rank is there now, at the latest
+                since, fixed = now, fixed + 1
+            state.position = Position(report.position["step"], report.position["phase"], since)
+        state.last_push = now
+        return stored, refused, fixed
 
     @staticmethod
-    def _apply_locked(state: _Rank, delta: _Delta, now: float) -> None:
-        last = delta.last
-        # Placement facts: the newest record that states them wins (a restarted job may move).
-        for attr in ("local_rank", "pp_stage", "dp_rank", "world_size"):
-            value = getattr(last, attr)
-            if value is not None:
-                setattr(state, attr, value)
-        if last.gpu is not None:
-            state.gpu = str(last.gpu)
-        state.steps += delta.steps
-        for name, total in delta.seconds.items():
-            state.seconds[name] = state.seconds.get(name, 0.0) + total
+    def _add_step_locked(state: _Rank, step: Mapping[str, Any], now: float) -> int:
+        """Add one step's values; returns 1 when its completion time had to be replaced."""
+        state.steps += 1
+        for name in _DURATIONS:
+            value = step.get(name)
+            if value is None:
+                continue
+            state.totals[name] = state.totals.get(name, 0.0) + value
             recent = state.recent.get(name)
             if recent is None:
                 recent = state.recent[name] = deque(maxlen=state.window or 1)
-            recent.extend(delta.recent[name])
-        if delta.tokens is not None:
-            state.tokens = (state.tokens or 0) + delta.tokens
-        if delta.samples is not None:
-            state.samples = (state.samples or 0) + delta.samples
-        if delta.loss is not None:
-            state.loss = delta.loss
-        state.last_step = last.step
-        state.last_step_timestamp = delta.last_timestamp
-        state.last_push = now
+            recent.append(value)
+        for name in _COUNTS:
+            value = step.get(name)
+            if value is not None:
+                state.totals[name] = state.totals.get(name, 0.0) + value
+        for name in _LATEST:
+            value = step.get(name)
+            if value is not None:
+                state.latest[name] = value
+        state.latest[_NUMBER] = step[_NUMBER]
+        completed = step.get(_TIME)
+        previous = state.latest.get(_TIME)
+        fixed = 0
+        if completed is None:
+            completed = now
+        elif completed > now + CLOCK_SLACK or (previous is not None and completed < previous):
+            completed, fixed = now, 1  # the rank's clock is wrong or went backwards: when we heard of it
+        state.latest[_TIME] = completed if previous is None else max(previous, completed)
+        return fixed
 
     def end_job(self, job: str) -> int:
         """Forget every rank of ``job`` at once; returns how many ranks went."""
@@ -228,8 +250,11 @@ class StepStore:
         if not force and now - self._last_sweep < EXPIRE_EVERY:
             return
         self._last_sweep = now
-        ttl = self._config.rank_ttl
-        stale = [key for key, state in self._ranks.items() if now - state.last_push > ttl]
+        rank_ttl = self._config.rank_ttl
+        stale = [
+            key for key, state in self._ranks.items()
+            if now - state.last_push > (min(rank_ttl, ENDED_TTL) if _ended(state) else rank_ttl)
+        ]
         for key in stale:
             del self._ranks[key]
             remaining = self._jobs[key[0]] - 1
@@ -237,8 +262,7 @@ class StepStore:
                 self._jobs[key[0]] = remaining
             else:
                 del self._jobs[key[0]]
-        if stale:
-            self.expired.inc("rank", len(stale))
+        self.expired.inc("rank", len(stale))
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -247,27 +271,21 @@ class StepStore:
         with self._lock:
             self._sweep_locked(self._clock(), force=True)
             # A few hundred medians of <= median_window values: well under a millisecond.
-            ranks = tuple(
-                RankView(
-                    job=s.job,
-                    rank=s.rank,
-                    local_rank=s.local_rank,
-                    pp_stage=s.pp_stage,
-                    dp_rank=s.dp_rank,
-                    world_size=s.world_size,
-                    gpu=s.gpu,
-                    steps=s.steps,
-                    seconds=dict(s.seconds),
-                    medians={name: statistics.median(values) for name, values in s.recent.items() if values},
-                    tokens=s.tokens,
-                    samples=s.samples,
-                    last_step=s.last_step,
-                    last_step_timestamp=s.last_step_timestamp,
-                    last_push_timestamp=s.last_push,
-                    loss=s.loss,
-                )
-                for s in self._ranks.values()
-            )
+            ranks = tuple(_view(job, rank, s) for (job, rank), s in self._ranks.items())
             jobs = len(self._jobs)
             records_total = self._records_total
         return StoreView(ranks, jobs, records_total, self.rejected.snapshot(), self.expired.snapshot())
+
+
+def _ended(state: _Rank) -> bool:
+    return state.position is not None and state.position.phase == "ended"
+
+
+def _view(job: str, rank: int, state: _Rank) -> RankView:
+    values: dict[str, float] = {record.STEPS_KEY: state.steps, record.LAST_PUSH_KEY: state.last_push}
+    values.update(state.totals)
+    values.update(state.latest)
+    for name, window in state.recent.items():
+        if window:
+            values[record.median_key(name)] = statistics.median(window)
+    return RankView(job, rank, dict(state.fields), values, state.position)

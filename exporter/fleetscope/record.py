@@ -1,0 +1,140 @@
+"""The step record: what a training rank reports, with every field written once.
+
+A rank reports who it is (``job``, ``rank``), where it runs (placement), which
+process it is, the steps it completed since its last report, and where it is
+now (its *position*: the open step and the phase it is in). Everything else is
+derived from the tables here:
+
+* the daemon's wire models (:mod:`fleetscope.push.models`, pydantic) take each
+  field's type, bounds and description;
+* the store (:mod:`fleetscope.push.store`) keeps each field as its :class:`Role`
+  says (summed, summed with a rolling median, newest value, label);
+* the exposition (:mod:`fleetscope.collectors.steps`) reads the store's values
+  by the keys :func:`value_keys` derives, which are the keys of the per-rank
+  metric table;
+* the client (:mod:`fleetscope.client`) builds records and reports from the
+  same names.
+
+Standard library only: the training-side client imports it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+MAX_ID_LENGTH = 128
+MAX_RANK = 1 << 24
+
+
+class Role(enum.Enum):
+    """How the daemon keeps a field."""
+
+    KEY = "key"  # identifies the rank: (job, rank)
+    LABEL = "label"  # placement exposed as a label of every per-rank series
+    INFO = "info"  # placement exposed on the rank's _info series
+    PROCESS = "process"  # identifies the pushing process (a restart is a new one)
+    NUMBER = "number"  # the step number: the newest is kept
+    TIME = "time"  # when the step completed: the newest is kept
+    DURATION = "duration"  # seconds: summed, and a rolling median over the last steps
+    COUNT = "count"  # summed
+    LATEST = "latest"  # the newest value reported (a step without one keeps the previous)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the wire format. Bounds are inclusive unless named ``below``."""
+
+    name: str
+    role: Role
+    type: str  # "int", "float", "str" or "int|str"
+    help: str
+    required: bool = False
+    minimum: float | None = None
+    above: float | None = None  # exclusive lower bound
+    maximum: float | None = None
+    below: float | None = None  # exclusive upper bound
+    min_length: int | None = None
+    max_length: int | None = None
+    finite: bool = True  # NaN and infinities refused
+
+
+# Who the rank is and where it runs: the same in every step of a process.
+RANK_FIELDS: tuple[Field, ...] = (
+    Field("job", Role.KEY, "str", "Training job id.", required=True, min_length=1, max_length=MAX_ID_LENGTH),
+    Field("rank", Role.KEY, "int", "Global rank of the pushing process.", required=True, minimum=0,
+          below=MAX_RANK),
+    Field("local_rank", Role.LABEL, "int", "Rank within the node.", minimum=0, below=MAX_RANK),
+    Field("pp_stage", Role.LABEL, "int", "Pipeline-parallel stage.", minimum=0, below=MAX_RANK),
+    Field("world_size", Role.INFO, "int", "Number of ranks in the job.", minimum=1, maximum=MAX_RANK),
+    Field("dp_rank", Role.INFO, "int", "Data-parallel rank.", minimum=0, below=MAX_RANK),
+    Field("gpu", Role.INFO, "int|str", "GPU index or UUID (MIG: GPU index:instance) the rank runs on.",
+          minimum=0, max_length=MAX_ID_LENGTH),
+    Field("pid", Role.PROCESS, "int", "Process id of the rank, as the rank sees it.", minimum=1,
+          below=1 << 31),
+    Field("start_time", Role.PROCESS, "int",
+          "Start time of the process in clock ticks after boot (/proc/self/stat field 22): with pid, tells a "
+          "restarted rank from the old one, and lets the daemon find the process from another PID namespace.",
+          minimum=0),
+)
+
+# One completed step.
+STEP_FIELDS: tuple[Field, ...] = (
+    Field("step", Role.NUMBER, "int", "Step number (optimizer updates so far).", required=True, minimum=0),
+    Field("step_seconds", Role.DURATION, "float", "Wall time of the step.", required=True, minimum=0),
+    Field("data_seconds", Role.DURATION, "float", "Time spent waiting for input data.", minimum=0),
+    Field("compute_seconds", Role.DURATION, "float",
+          "The rank's own work (forward, backward, optimizer), excluding collective waits.", minimum=0),
+    Field("comm_seconds", Role.DURATION, "float", "Exposed wait in collective communication.", minimum=0),
+    Field("tokens", Role.COUNT, "int", "Tokens processed by this rank in the step.", minimum=0),
+    Field("samples", Role.COUNT, "int", "Samples processed by this rank in the step.", minimum=0),
+    Field("loss", Role.LATEST, "float", "Loss of the step (NaN and infinities allowed: they are news).",
+          finite=False),
+    Field("timestamp", Role.TIME, "float",
+          "Unix time the step completed (default: when the daemon received it).", above=0),
+)
+
+# Version 1 of the wire format: one flat record per step, rank fields repeated in each.
+RECORD_FIELDS: tuple[Field, ...] = RANK_FIELDS + STEP_FIELDS
+
+# Where a rank is: the phase it is in now. ``compute`` is any time inside a step outside the data and
+# comm phases (the rank's own work); ``other`` a phase of the user's own naming; ``idle`` between steps;
+# ``ended`` after the process said goodbye (the tracker was closed, or the interpreter exited).
+PHASES: tuple[str, ...] = ("data", "compute", "comm", "other", "idle", "ended")
+WAITING_PHASE = "comm"  # a rank here waits for its peers in a collective
+
+# The open step and the phase the rank is in: sent with every report, at least once a second.
+POSITION_FIELDS: tuple[Field, ...] = (
+    Field("step", Role.NUMBER, "int", "The step the rank is in (the next one when between steps).",
+          required=True, minimum=0),
+    Field("phase", Role.LATEST, "str", f"The phase the rank is in: {', '.join(PHASES)}.", required=True),
+    Field("since", Role.TIME, "float", "Unix time the rank entered the phase.", required=True, above=0),
+)
+
+
+def fields(role: Role, among: tuple[Field, ...] = RECORD_FIELDS) -> tuple[Field, ...]:
+    return tuple(f for f in among if f.role is role)
+
+
+def names(role: Role, among: tuple[Field, ...] = RECORD_FIELDS) -> tuple[str, ...]:
+    return tuple(f.name for f in among if f.role is role)
+
+
+def median_key(name: str) -> str:
+    """The store's key for the rolling median of a duration field."""
+    return f"{name}_median"
+
+
+STEPS_KEY = "steps"  # steps stored for the rank (records, not a field)
+LAST_PUSH_KEY = "last_push"  # when the daemon last heard from the rank
+
+
+def value_keys() -> tuple[str, ...]:
+    """Every per-rank value the store derives from a rank's steps, by the key the metric table uses."""
+    keys: list[str] = [STEPS_KEY]
+    for f in STEP_FIELDS:
+        keys.append(f.name)
+        if f.role is Role.DURATION:
+            keys.append(median_key(f.name))
+    keys.append(LAST_PUSH_KEY)
+    return tuple(keys)
