@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from fleetscope.client.placement import DEFAULT_URL, detect, node_gpu, process_start_time, push_url
 
 
@@ -71,7 +72,9 @@ def test_push_url() -> None:
         ({"SLURM_JOB_GPUS": "6", "CUDA_VISIBLE_DEVICES": "0"}, 0, "6"),
     ],
 )
-def test_node_gpu_names_the_gpu_as_the_node_does(environ: dict[str, str], local_rank: int | None, gpu: str | None) -> None:
+def test_node_gpu_names_the_gpu_as_the_node_does(
+    environ: dict[str, str], local_rank: int | None, gpu: str | None
+) -> None:
     assert node_gpu(environ, local_rank) == gpu
 
 

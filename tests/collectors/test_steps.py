@@ -2,14 +2,19 @@ from __future__ import annotations
 
 import math
 
-from fleetscope.collectors.steps import StepsCollector
-from fleetscope.config import load
-from fleetscope.push.gateway import parse_exposition
-from fleetscope.metrics import MetricSpec
-from fleetscope.push.models import reports_from_records
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from fleetscope.collectors.steps import StepsCollector
+from fleetscope.config import load
+from fleetscope.metrics import MetricSpec
+from fleetscope.push.gateway import parse_exposition
+from fleetscope.push.models import reports_from_records
+
+
+def record(**fields: object) -> dict[str, object]:
+    return fields
 
 
 class Clock:
@@ -45,7 +50,7 @@ def test_rank_series_names_labels_and_values() -> None:
     collector, clock = make()
     collector.store.ingest(reports_from_records(
         [
-            dict(
+            record(
                 job="j",
                 rank=0,
                 step=s,
@@ -86,7 +91,7 @@ def test_rank_series_names_labels_and_values() -> None:
 
 def test_missing_fields_are_absent_not_zero() -> None:
     collector, _ = make()
-    collector.store.ingest(reports_from_records([dict(job="j", rank=0, step=1, step_seconds=1.0)]))
+    collector.store.ingest(reports_from_records([record(job="j", rank=0, step=1, step_seconds=1.0)]))
     names = {name for name, lab in samples(collector) if lab == labels()}
     assert "fleetscope_training_steps_total" in names
     for absent in (
@@ -130,7 +135,7 @@ def test_names_are_the_contract_and_in_the_tables() -> None:
     collector, _ = make()
     collector.store.ingest(reports_from_records(
         [
-            dict(
+            record(
                 job="j",
                 rank=0,
                 step=1,
@@ -155,7 +160,7 @@ def test_names_are_the_contract_and_in_the_tables() -> None:
 
 def test_expired_rank_disappears_and_is_counted() -> None:
     collector, clock = make(**{"push.rank-ttl": "10m"})
-    collector.store.ingest(reports_from_records([dict(job="j", rank=0, step=1, step_seconds=1.0)]))
+    collector.store.ingest(reports_from_records([record(job="j", rank=0, step=1, step_seconds=1.0)]))
     clock.now += 601
     got = samples(collector)
     assert not any(name.startswith("fleetscope_training_") for name, _ in got)
@@ -181,7 +186,7 @@ def test_exposition_is_valid_in_both_formats() -> None:
     collector, _ = make()
     collector.store.ingest(
         reports_from_records(
-            [dict(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5) for r in range(3)]
+            [record(job="j", rank=r, step=1, step_seconds=1.0, loss=math.nan, tokens=5) for r in range(3)]
         )
     )
     key = (("job", "g"),)

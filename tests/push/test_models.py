@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+
 from fleetscope.push.models import RecordError, parse_records, parse_report, reports_from_records, request_body_schema
 
 

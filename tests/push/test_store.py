@@ -5,6 +5,7 @@ from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
+
 from fleetscope import record
 from fleetscope.config import PushConfig
 from fleetscope.push.models import RankReport, reports_from_records

@@ -176,16 +176,16 @@ def _watch_fsdp2(model: torch.nn.Module, timing: _Timing) -> bool:
 
 def _watch_fsdp1(model: torch.nn.Module, timing: _Timing) -> bool:
     from torch.distributed.algorithms._comm_hooks import default_hooks
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import FullyShardedDataParallel
 
-    states = FSDP.fsdp_modules(model)
+    states = FullyShardedDataParallel.fsdp_modules(model)
     if not states:
         return False
     for state in states:
         handle = state._handle
         if handle is not None and not getattr(handle.unshard, "_fleetscope", False):
             handle.unshard = _timed_unshard(handle, timing)  # type: ignore[method-assign]
-    root = model if isinstance(model, FSDP) else states[0]
+    root = model if isinstance(model, FullyShardedDataParallel) else states[0]
     if root._comm_hook is not None:
         logger.info("fleetscope: this FSDP model has a communication hook already; its reduce-scatters "
                     "are not timed")
@@ -201,7 +201,8 @@ def _watch_fsdp1(model: torch.nn.Module, timing: _Timing) -> bool:
         finally:
             timing.end(token)
 
-    root.register_comm_hook(default_hooks.DefaultState(root.process_group), reduce)
+    group = root.process_group or torch.distributed.distributed_c10d._get_default_group()
+    root.register_comm_hook(default_hooks.DefaultState(group), reduce)
     return True
 
 

@@ -254,6 +254,7 @@ class Sender:
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        payload: Any
         if self.reports and self.rank_fields is not None:
             path, payload = REPORT_PATH, {**self.rank_fields, "steps": batch, "position": position}
         else:

@@ -53,7 +53,7 @@ T = TypeVar("T")
 class _Open:
     """The time a step has collected so far (also what is carried to the next step between steps)."""
 
-    __slots__ = ("wall", "seconds", "events", "compute_added")
+    __slots__ = ("compute_added", "events", "seconds", "wall")
 
     def __init__(self) -> None:
         self.wall = 0.0  # phases timed outside the step, counted in its wall time
@@ -63,7 +63,7 @@ class _Open:
 
 
 class _Phase:
-    __slots__ = ("_tracker", "_field", "_position_phase", "_started", "_saved_phase")
+    __slots__ = ("_field", "_position_phase", "_saved_phase", "_started", "_tracker")
 
     def __init__(self, tracker: StepTracker, name: str) -> None:
         self._tracker = tracker
@@ -96,7 +96,7 @@ class _Phase:
 class _Step:
     """The open step: its fields can be set inside the ``with`` block (``s.loss = ...``)."""
 
-    __slots__ = ("_tracker", "_started", "step", "tokens", "samples", "loss")
+    __slots__ = ("_started", "_tracker", "loss", "samples", "step", "tokens")
 
     def __init__(
         self,
@@ -281,7 +281,7 @@ class StepTracker:
         try:
             from fleetscope.client.distributed import watch  # lazy: imports torch
 
-            watch(self, model)
+            watch(self, model)  # type: ignore[arg-type]  # any object: watch() checks what it is
         except Exception as exc:
             self._error(exc)
         return model

@@ -50,7 +50,8 @@ STEP_SECONDS_MEDIAN = _rank(
     "Median step wall time over the rank's last push.median-window steps.", "step_seconds_median", "seconds")
 DATA_SECONDS_MEDIAN = _rank(
     "fleetscope_training_data_seconds_median", "gauge",
-    "Median data wait over the rank's last push.median-window steps that reported it.", "data_seconds_median", "seconds")
+    "Median data wait over the rank's last push.median-window steps that reported it.", "data_seconds_median",
+    "seconds")
 COMPUTE_SECONDS_MEDIAN = _rank(
     "fleetscope_training_compute_seconds_median", "gauge",
     "Median compute time over the rank's last push.median-window steps that reported it.", "compute_seconds_median",

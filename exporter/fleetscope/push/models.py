@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired, Required
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
-from typing_extensions import NotRequired, Required, TypedDict
+from typing_extensions import TypedDict
 
 from fleetscope import record
 from fleetscope.record import RANK_FIELDS, Role
@@ -81,7 +81,7 @@ Report = _typed_dict(
     "Report",
     RANK_FIELDS,
     steps=NotRequired[Annotated[list[Step], Field(description="Steps completed since the last report, oldest first.")]],  # type: ignore[valid-type]
-    position=NotRequired[Annotated[Position | None, Field(description="Where the rank is now.")]],  # type: ignore[valid-type]
+    position=NotRequired[Annotated[Position | None, Field(description="Where the rank is now.")]],
 )
 
 ONE = TypeAdapter(StepRecord)
