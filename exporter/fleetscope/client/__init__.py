@@ -1,23 +1,30 @@
 """Training-side client: time steps in a training loop and push them to the node's fleetscope daemon.
 
-Standard library only (no FastAPI, pydantic or prometheus_client), so any
-training image can use it::
+Standard library only at import time (no FastAPI, pydantic, prometheus_client
+or torch), so any training image can use it. Three lines instrument a DDP or
+FSDP loop::
 
     from fleetscope.client import StepTracker
 
-    tracker = StepTracker()          # job, rank, local_rank from torchrun or Slurm
-    for batch in loader:
-        with tracker.step(tokens=batch_tokens) as s:
-            with tracker.phase("data"):
-                ...
-            with tracker.phase("compute"):
-                ...
-            s.loss = loss.item()
-    tracker.close()
+    tracker = StepTracker()                  # job, rank, GPU from torchrun or Slurm
+    model = tracker.watch(model)             # DDP, FSDP2 or FSDP1: collective waits are comm
+    for batch in tracker.steps(loader):      # one step per batch; its fetch is data
+        loss = model(batch).loss
+        loss.backward()
+        optimizer.step()
 
-Or ``tracker.report(step_seconds=..., data_seconds=..., ...)`` with your own
-timings. Hooks: :mod:`fleetscope.client.hf` (transformers ``TrainerCallback``)
-and :mod:`fleetscope.client.lightning` (Lightning ``Callback``).
+The rest of each step is compute, the rank's own work. For steps of several
+batches, ``for batch in tracker.loader(loader):`` books fetches as data and
+``with tracker.step(tokens=...) as s:`` marks the step (``s.loss = ...``);
+``tracker.phase("data"/"comm")`` times a block, ``tracker.add(phase, seconds)``
+books a duration measured elsewhere, ``tracker.report(step_seconds=...)``
+pushes a step you timed yourself. Hooks: :mod:`fleetscope.client.hf`
+(transformers ``TrainerCallback``) and :mod:`fleetscope.client.lightning`
+(Lightning ``Callback``). docs/instrumentation.md says what is measured.
+
+While the process lives, a background thread reports the rank's position (the
+step it is in, its phase and since when) once a second; the node's daemon
+exports it so a hang names the rank that is not waiting in a collective.
 
 Environment:
 
@@ -39,6 +46,7 @@ Environment:
 Delivery never blocks or raises into the loop: records go to a bounded buffer
 (oldest dropped and counted when full) drained by a background thread that
 batches, retries with backoff, and gives up on records the daemon refuses.
+The training thread writes one attribute per phase change for the position.
 """
 
 from __future__ import annotations

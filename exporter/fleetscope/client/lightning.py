@@ -29,15 +29,7 @@ except ImportError:  # the standalone package name
     except ImportError as exc:  # an optional hook: say which extra brings it
         raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
-from fleetscope.client.tracker import StepTracker, _Step
-
-
-def _batch_size(batch: Any) -> int | None:
-    first = batch[0] if isinstance(batch, (list, tuple)) and batch else batch
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape else None
+from fleetscope.client.tracker import StepTracker, _Step, batch_size
 
 
 class FleetscopeCallback(Callback):
@@ -85,7 +77,7 @@ class FleetscopeCallback(Callback):
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        size = _batch_size(batch)
+        size = batch_size(batch)
         if size:
             self._samples += size
         step = self._step

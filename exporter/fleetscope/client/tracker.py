@@ -167,6 +167,36 @@ class _Loader:
         return getattr(self._iterable, name)
 
 
+class _Steps(_Loader):
+    """``tracker.steps(loader)``: one step per batch, from its fetch (booked as ``data``) to the next fetch.
+
+    The step ends when the loop asks for the next batch, or leaves (``break``, the end of the data).
+    Samples are counted from the batch's first tensor, when it has one.
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        tracker = self._tracker
+        for batch in super().__iter__():
+            step = tracker.step(samples=batch_size(batch))
+            step.__enter__()
+            try:
+                yield batch
+            finally:  # the next batch was asked for, or the loop ended: the step is done either way
+                step.__exit__(None, None, None)
+
+
+def batch_size(batch: Any) -> int | None:
+    """The first dimension of a batch's first tensor (a tensor, a sequence or a dict of them), if any."""
+    first = batch[0] if isinstance(batch, (list, tuple)) and batch else batch
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    try:
+        return int(shape[0]) if shape else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 class StepTracker:
     def __init__(
         self,
@@ -272,6 +302,13 @@ class StepTracker:
     def loader(self, iterable: Iterable[T]) -> Iterable[T]:
         """``for batch in tracker.loader(loader):`` books each fetch (and starting each pass) as ``data``."""
         return _Loader(self, iterable)
+
+    def steps(self, iterable: Iterable[T]) -> Iterable[T]:
+        """``for batch in tracker.steps(loader):`` makes each batch one step, its fetch booked as ``data``.
+
+        For steps of several batches (gradient accumulation), use :meth:`loader` and :meth:`step`.
+        """
+        return _Steps(self, iterable)
 
     def watch(self, model: T) -> T:
         """Book the exposed collective waits of a DDP, FSDP2 (``fully_shard``) or FSDP1 model as ``comm``.
