@@ -21,6 +21,7 @@ Standard library only: the training-side client imports it.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 MAX_ID_LENGTH = 128
@@ -138,3 +139,18 @@ def value_keys() -> tuple[str, ...]:
             keys.append(median_key(f.name))
     keys.append(LAST_PUSH_KEY)
     return tuple(keys)
+
+
+def process_start_time(pid: int | str = "self", procfs: str = "/proc") -> int | None:
+    """The ``start_time`` field: field 22 of ``<procfs>/<pid>/stat``; None when there is no such process.
+
+    Clock ticks after boot, the same in every PID namespace: with the pid it names one process, tells a
+    restart from the old one, and lets the node's daemon find it from outside a container.
+    """
+    try:
+        with open(os.path.join(procfs, str(pid), "stat"), "rb") as stat:
+            text = stat.read().decode("ascii", "replace")
+        # The command name (field 2) is in parentheses and may contain anything, spaces included.
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

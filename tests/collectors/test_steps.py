@@ -255,3 +255,32 @@ def test_position_is_one_series_per_phase_with_its_start_and_step() -> None:
     assert got[("fleetscope_training_current_step", labels())] == 12
     assert got[("fleetscope_training_steps_total", labels())] == 0
     assert ("fleetscope_training_last_step", labels()) not in got  # no step completed yet: absent, not 0
+
+
+def test_process_up_while_the_rank_runs_zero_once_it_died_absent_after_goodbye(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from fleetscope.push.models import RankReport
+    from tests.push.test_process import add_process, remove_process
+
+    procfs = Path(str(tmp_path))
+    add_process(procfs, 500, start=777)
+    add_process(procfs, 501, start=778)
+    collector, clock = make(**{"path.procfs": str(procfs)})
+    position = {"step": 3, "phase": "comm", "since": clock.now}
+    collector.store.ingest([
+        RankReport("j", 0, {"pid": 500, "start_time": 777}, [], position),
+        RankReport("j", 1, {"pid": 501, "start_time": 778}, [], position),
+        RankReport("j", 2, {}, [], position),  # an older client: no process to watch
+    ])
+    up = "fleetscope_training_process_up"
+    got = samples(collector)
+    assert (got[(up, labels(rank="0"))], got[(up, labels(rank="1"))]) == (1, 1)
+    assert (up, labels(rank="2")) not in got
+    remove_process(procfs, 500)  # killed
+    collector.store.ingest([RankReport("j", 1, {"pid": 501, "start_time": 778}, [],
+                                       {**position, "phase": "ended"})])
+    remove_process(procfs, 501)  # exited after saying goodbye
+    got = samples(collector)
+    assert got[(up, labels(rank="0"))] == 0
+    assert (up, labels(rank="1")) not in got

@@ -17,7 +17,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fleetscope.record import process_start_time
+
 DEFAULT_URL = "http://127.0.0.1:9402"
+__all__ = ["DEFAULT_URL", "Placement", "detect", "node_gpu", "process_start_time", "push_url"]
 
 
 @dataclass(frozen=True)
@@ -120,18 +123,3 @@ def node_gpu(
         return entry
     # CUDA_VISIBLE_DEVICES counts within what the container or the Slurm step was given.
     return _pick(given, int(entry))
-
-
-def process_start_time(pid: int | None = None, procfs: str = "/proc") -> int | None:
-    """Start time of a process in clock ticks after boot (field 22 of /proc/<pid>/stat); None off Linux.
-
-    The same number in every PID namespace, so with the pid it identifies the process, tells a restart
-    from the old process, and lets the node's daemon find it from outside a container.
-    """
-    try:
-        with open(f"{procfs}/{'self' if pid is None else pid}/stat", "rb") as stat:
-            text = stat.read().decode("ascii", "replace")
-        # The command name (field 2) is in parentheses and may contain anything, spaces included.
-        return int(text[text.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None

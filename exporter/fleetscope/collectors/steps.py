@@ -19,6 +19,7 @@ from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training
 from fleetscope.push.gateway import GroupStore, GroupView, owned_names
+from fleetscope.push.process import ProcessTable
 from fleetscope.push.store import RankView, StepStore, StoreView
 from fleetscope.record import Role
 
@@ -36,7 +37,7 @@ def _label(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
+def add_rank(builder: FamilyBuilder, rank: RankView, process_up: bool | None = None) -> None:
     labels = (rank.job, str(rank.rank), *(_label(rank.fields.get(name)) for name in LABEL_FIELDS))
     for key, spec in VALUE_SPECS:
         builder.add(spec, labels, rank.values.get(key))
@@ -50,6 +51,8 @@ def add_rank(builder: FamilyBuilder, rank: RankView) -> None:
             builder.add(training.PHASE, (*labels, phase), 1 if phase == position.phase else 0)
         builder.add(training.PHASE_START_TIMESTAMP_SECONDS, labels, position.since)
         builder.add(training.CURRENT_STEP, labels, position.step)
+    if process_up is not None:
+        builder.add(training.PROCESS_UP, labels, 1 if process_up else 0)
 
 
 def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_expired: int) -> None:
@@ -97,17 +100,25 @@ class StepsCollector(Collector, HasRouters):
         self.config = config
         self.store = StepStore(config.push, clock)
         self.groups = GroupStore(config.push, clock)
+        self.processes = ProcessTable(config.path.procfs)
 
     def routers(self) -> list[tuple[App, APIRouter]]:
         from fleetscope.push.api import build_router  # lazy: FastAPI is only needed when serving
 
         return [("push", build_router(self.store, self.groups, self.config.push))]
 
+    def _process_up(self, rank: RankView) -> bool | None:
+        process = rank.process
+        if process is None or (rank.position is not None and rank.position.phase == "ended"):
+            return None  # an older client, report() from elsewhere, or a goodbye: nothing to watch
+        return self.processes.alive(*process)
+
     def collect(self) -> list[Metric]:
         view = self.store.view()
         groups, groups_expired = self.groups.view()
         builder = FamilyBuilder()
         for rank in sorted(view.ranks, key=lambda r: (r.job, r.rank)):
-            add_rank(builder, rank)
+            add_rank(builder, rank, self._process_up(rank))
+        self.processes.forget({rank.process for rank in view.ranks if rank.process is not None})
         add_receiver(builder, view, len(groups), groups_expired)
         return builder.families() + group_families(groups)

@@ -77,6 +77,11 @@ PHASE_START_TIMESTAMP_SECONDS = _rank(
 CURRENT_STEP = _rank(
     "fleetscope_training_current_step", "gauge", "Step the rank is in now (the next one when between steps).",
     "step")
+PROCESS_UP = _rank(
+    "fleetscope_training_process_up", "gauge",
+    "1 while the node's daemon sees the rank's process, 0 once it is gone without saying goodbye (it died); "
+    "absent when the daemon cannot see it (another PID namespace without hostPID) and after the goodbye.",
+    "pid")
 
 TABLE = table(
     "steps",
@@ -96,6 +101,6 @@ POSITION_TABLE = table(
     "positions",
     "Where each rank is now, from the position fleetscope.client reports at least once a second (POST "
     "/api/v1/report) while the process lives; gone with the rank's other series.",
-    [("phase", PHASE), ("since", PHASE_START_TIMESTAMP_SECONDS), ("step", CURRENT_STEP)],
+    [("phase", PHASE), ("since", PHASE_START_TIMESTAMP_SECONDS), ("step", CURRENT_STEP), ("pid", PROCESS_UP)],
     collector="steps",
 )
