@@ -76,6 +76,18 @@ JOB_TOKEN_RATE = "training_job:fleetscope_training_tokens:rate"
 RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
 
 
+# -- training: progress (rules/progress.py) -----------------------------------------------------------
+
+# When a job last made progress: its newest completed step, or before any, its newest phase change
+# (ranks that said goodbye left out).
+JOB_PROGRESS = "training_job:fleetscope_training_progress:timestamp_seconds"
+# How long a job may go without progress before it is hung: 10x its median step time, clamped.
+JOB_HANG_THRESHOLD = "training_job:fleetscope_training_progress:hang_threshold_seconds"
+# Ranks not waiting in a collective (label `phase` = data, compute, other or idle; value: when they entered
+# it), and ranks whose reports stopped (`phase="silent"`; value: their last report). Timestamps, not ages:
+# a reader computes the age at its own evaluation.
+RANK_NOT_WAITING = "rank:fleetscope_training_phase_start_timestamp_seconds:not_waiting"
+
 
 def rank_share(part: str) -> str:
     """:data:`RANK_DATA_SHARE` or :data:`RANK_COMM_SHARE` by phase name."""

@@ -86,7 +86,8 @@ def test_a_spec_refuses_names_that_break_the_conventions() -> None:
 def test_all_tables_are_in_catalog_order() -> None:
     assert [(t.source, t.collector) for t in ALL_TABLES] == [
         ("engine", "engine"), ("efa", "efa"), ("netdev", "netdev"), ("netstat", "netstat"), ("ena", "ena"),
-        ("nvml", "gpu"), ("pci", "gpu"), ("xid", "gpu"), ("gpu_jobs", "gpu"), ("steps", "steps"), ("push", "steps"),
+        ("nvml", "gpu"), ("pci", "gpu"), ("xid", "gpu"), ("gpu_jobs", "gpu"), ("steps", "steps"),
+        ("positions", "steps"), ("push", "steps"),
         ("nccl", "nccl"),
         ("http", "http"),
     ]

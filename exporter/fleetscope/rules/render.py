@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import yaml
 
-from fleetscope.rules import causes, goodput, gpu, nccl, network, offenders, selfmon, training
+from fleetscope.rules import causes, goodput, gpu, nccl, network, offenders, progress, selfmon, training
 from fleetscope.rules.model import Alert, Group, Record, Rule
 from fleetscope.rules.settings import PRESETS, Settings
 
@@ -25,12 +25,14 @@ def build_groups(settings: Settings) -> list[Group]:
     """Recording groups first (readers see the aggregates before the alerts using them)."""
     return [
         training.recording_rules(settings),
+        progress.recording_rules(settings),
         gpu.recording_rules(settings),
         network.recording_rules(settings),
         nccl.recording_rules(settings),
         causes.recording_rules(settings),
         goodput.recording_rules(settings),
         training.alert_rules(settings),
+        progress.alert_rules(settings),
         gpu.alert_rules(settings),
         network.alert_rules(settings),
         nccl.alert_rules(settings),

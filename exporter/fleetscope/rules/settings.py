@@ -61,6 +61,7 @@ class Settings:
     hang_for: str = "1m"
     silent_after_seconds: float = 120.0  # a rank with no push for this long while others push
     silent_for: str = "1m"
+    dead_for: str = "1m"  # a rank's process gone without a goodbye (the daemon saw it go)
     input_warning_share: float = 0.05  # PyTorch profiler's input-bound rule
     input_critical_share: float = 0.15
     input_for: str = "10m"
@@ -183,6 +184,7 @@ E2E = dataclasses.replace(
     hang_for="10s",
     silent_after_seconds=30.0,
     silent_for="10s",
+    dead_for="10s",
     input_for="30s",
     comm_for="1m",
     low_activity_for="1m",

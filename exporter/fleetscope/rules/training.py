@@ -37,7 +37,6 @@ from fleetscope.signals import (
     STRAGGLER_CAUSE,
     STRAGGLER_CAUSES,
     STRAGGLERS,
-    indent,
     job_share,
     rank_share,
 )
@@ -136,27 +135,6 @@ def worst_rank(part: str) -> str:
 
 def alert_rules(s: Settings) -> Group:
     w = s.rate_window
-    last_step = sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)
-    last_push = sel(s, training.LAST_PUSH_TIMESTAMP_SECONDS)
-    hang_threshold = (
-        f"clamp({num(s.hang_step_multiple)} * {JOB_STEP}, {num(s.hang_min_seconds)}, {num(s.hang_max_seconds)})\n"
-        f"  or on (training_job)\n"
-        f"max by (training_job) ({last_step}) * 0 + {num(s.hang_max_seconds)}"
-    )
-    hang_expr = with_gpu(s, (
-        f"time() - (\n"
-        f"  {last_step}\n"
-        f"    == on (training_job) group_left\n"
-        f"  min by (training_job) ({last_step})\n"
-        f")\n"
-        f"and on (training_job)\n"
-        f"(\n"
-        f"  time() - max by (training_job) ({last_step})\n"
-        f"    > on (training_job)\n"
-        f"  (\n    {indent(hang_threshold, '    ')}\n  )\n"
-        f")"
-    ))
-    silent_expr = with_gpu(s, signals.silent_ranks(last_push, num(s.silent_after_seconds)))
     low_activity_expr = (
         f"(\n"
         f"  {sel(s, training.RANK_INFO)}\n"
@@ -217,31 +195,6 @@ def alert_rules(s: Settings) -> Group:
             "The median step time of training job {{ $labels.training_job }} is {{ printf \"%.3f\" $value }}x its "
             f"value {s.slowdown_baseline_offset} earlier (threshold {num(s.slowdown_ratio)}x).",
             s.slowdown_for,
-        ),
-        Alert(
-            "TrainingJobHang",
-            hang_expr,
-            "critical",
-            "A training job has made no step progress for many step times.",
-            "No rank of training job {{ $labels.training_job }} has completed a step for "
-            f"{num(s.hang_step_multiple)}x the median step time (clamped to {num(s.hang_min_seconds)}s-"
-            f"{num(s.hang_max_seconds)}s). Suspect: rank {{{{ $labels.rank }}}} on {{{{ $labels.instance }}}}"
-            "{{ with $labels.gpu }} GPU {{ . }}{{ end }}, the first to stop: its last step completed "
-            "{{ $value | humanizeDuration }} ago"
-            "{{ with printf `" + sel(s, training.LAST_STEP, 'training_job="%s", rank="%s"') + "` "
-            "$labels.training_job $labels.rank | query }} at step {{ . | first | value }}{{ end }}"
-            "{{ with printf `max(" + sel(s, training.LAST_STEP, 'training_job="%s"') + ")` "
-            "$labels.training_job | query }} (furthest rank: step {{ . | first | value }}){{ end }}.",
-            s.hang_for,
-        ),
-        Alert(
-            "TrainingRankSilent",
-            silent_expr,
-            "warning",
-            "A training rank stopped pushing step data while the other ranks go on.",
-            f"{RANK_LABELS[0].upper()}{RANK_LABELS[1:]} last pushed {{{{ $value | humanizeDuration }}}} ago; "
-            "other ranks of the job pushed recently.",
-            s.silent_for,
         ),
     ]
     for severity, share in (("warning", s.input_warning_share), ("critical", s.input_critical_share)):

@@ -1,0 +1,181 @@
+"""Progress rules: a hung job and the rank that holds it up, a silent rank, a dead rank.
+
+They read where each rank is (``fleetscope_training_phase``, reported once a
+second by fleetscope.client while the process lives) rather than when ranks
+last completed a step. In synchronous training every rank finishes the same
+last step before a hang: the culprit stalls inside the next step (its loader,
+its own code) while the others block in a collective. So the hang alert names
+the ranks that are *not* waiting in a collective, or whose reports stopped,
+and says so when every rank waits (the network, or a collective some rank
+never calls). A rank whose process is gone without saying goodbye is dead:
+its own alert, and no hang alert for its job.
+"""
+
+from __future__ import annotations
+
+from fleetscope.metrics import training
+from fleetscope.record import PHASES, WAITING_PHASE
+from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.settings import Settings
+from fleetscope.signals import JOB_HANG_THRESHOLD, JOB_PROGRESS, JOB_STEP, RANK_KEY, RANK_NOT_WAITING, indent
+from fleetscope.signals import with_gpu as _with_gpu
+
+NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
+SILENT = "silent"  # the phase label of a rank whose reports stopped
+
+
+def with_gpu(s: Settings, expr: str) -> str:
+    return _with_gpu(expr, sel(s, str(training.RANK_INFO)))
+
+
+def _gone(s: Settings) -> str:
+    return f"{sel(s, str(training.PROCESS_UP))} == 0"
+
+
+def _ended(s: Settings) -> str:
+    ended = 'phase="ended"'
+    return f"{sel(s, str(training.PHASE), ended)} == 1"
+
+
+def _running(s: Settings, expr: str) -> str:
+    """``expr`` for ranks that have not said goodbye."""
+    return f"{expr}\n  unless on ({RANK_KEY})\n{_ended(s)}"
+
+
+def last_progress(s: Settings) -> str:
+    """Per job: when its newest step completed (before any step did: when a rank last changed phase)."""
+    last_step = _running(s, sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
+    phase_start = _running(s, sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
+    return (
+        f"max by (training_job) (\n  {indent(last_step)}\n)\n"
+        f"  or\n"
+        f"max by (training_job) (\n  {indent(phase_start)}\n)"
+    )
+
+
+def hang_threshold(s: Settings) -> str:
+    return (
+        f"clamp({num(s.hang_step_multiple)} * {JOB_STEP}, {num(s.hang_min_seconds)}, {num(s.hang_max_seconds)})\n"
+        f"  or on (training_job)\n"
+        f"{JOB_PROGRESS} * 0 + {num(s.hang_max_seconds)}"
+    )
+
+
+HUNG_JOBS = f"time() - {JOB_PROGRESS}\n  > on (training_job)\n{JOB_HANG_THRESHOLD}"
+
+
+def recording_rules(s: Settings) -> Group:
+    return Group("fleetscope-progress.rules", (
+        Record(JOB_PROGRESS, last_progress(s)),
+        Record(JOB_HANG_THRESHOLD, hang_threshold(s)),
+        Record(RANK_NOT_WAITING, suspects(s)),
+    ))
+
+
+def suspects(s: Settings) -> str:
+    """Ranks not waiting in a collective (value: when they entered their phase, a label), or gone silent."""
+    silent = num(s.silent_after_seconds)
+    last_push = sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))
+    phase = sel(s, str(training.PHASE), f'phase=~"{NOT_WAITING}"')
+    not_waiting = (
+        f"{sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS))}\n"
+        f"  * on ({RANK_KEY}) group_left (phase)\n"
+        f"({phase} == 1)\n"
+        f"  and on ({RANK_KEY})\n"
+        f"(time() - {last_push} < {silent})"
+    )
+    went_silent = (
+        f'label_replace({last_push}, "phase", "{SILENT}", "", "")\n'
+        f"  and on ({RANK_KEY})\n"
+        f"(time() - {last_push} > {silent})\n"
+        f"  unless on ({RANK_KEY})\n{_ended(s)}\n"
+        f"  unless on ({RANK_KEY})\n{_gone(s)}"
+    )
+    return f"(\n  {indent(not_waiting)}\n)\nor\n(\n  {indent(went_silent)}\n)"
+
+
+def _query(s: Settings, metric: str, matchers: str, args: str, then: str, wrap: str = "{}") -> str:
+    """A template fragment: run ``metric{matchers}`` (wrapped) for the alert's labels, then ``then``."""
+    expr = wrap.format(sel(s, metric, matchers))
+    return f"{{{{ with printf `{expr}` {args} | query }}}}{then}{{{{ end }}}}"
+
+
+def alert_rules(s: Settings) -> Group:
+    rank = 'training_job="%s", rank="%s", instance="%s"'
+    rank_args = "$labels.training_job $labels.rank $labels.instance"
+    job = 'training_job="%s"'
+    at_step = _query(s, str(training.CURRENT_STEP), rank, rank_args, " at step {{ . | first | value }}")
+    waiting = _query(
+        s, str(training.PHASE), f'{job}, phase="{WAITING_PHASE}"', "$labels.training_job",
+        "; {{ . | first | value }} of its ranks wait in a collective", "count({} == 1)",
+    )
+    where = "rank {{ $labels.rank }} on {{ $labels.instance }}{{ with $labels.gpu }} (GPU {{ . }}){{ end }}"
+    rank_expr = (
+        f"time() - {RANK_NOT_WAITING}\n"
+        f"  and on (training_job)\n(\n  {indent(HUNG_JOBS)}\n)\n"
+        f"  unless on (training_job)\n{_gone(s)}"
+    )
+    nobody_expr = (
+        f"{HUNG_JOBS}\n"
+        f"  unless on (training_job)\n{RANK_NOT_WAITING}\n"
+        f"  unless on (training_job)\n{_gone(s)}"
+    )
+    hang_description = (
+        "Training job {{ $labels.training_job }} has completed no step for "
+        f"{num(s.hang_step_multiple)}x its median step time (clamped to {num(s.hang_min_seconds)}s-"
+        f"{num(s.hang_max_seconds)}s). "
+        "{{ if $labels.rank }}"
+        f"It waits for {where}, which is not waiting in a collective: "
+        f'{{{{ if eq $labels.phase "{SILENT}" }}}}its reports stopped {{{{ $value | humanizeDuration }}}} ago '
+        "(frozen, stuck in native code holding the GIL, or cut off from the node's daemon)"
+        "{{ else }}it has been in its {{ $labels.phase }} phase for {{ $value | humanizeDuration }}{{ end }}"
+        f"{at_step}{waiting}."
+        "{{ else }}"
+        "Every rank that reports waits in a collective: suspect the network, a collective that not every rank "
+        "calls, or ranks that report no position (an older client)."
+        "{{ end }}"
+    )
+    dead_phase = _query(
+        s, str(training.PHASE), rank, rank_args, " in its {{ (. | first).Labels.phase }} phase", "{} == 1"
+    )
+    silent = num(s.silent_after_seconds)
+    last_push = sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))
+    silent_expr = (
+        f"(time() - {last_push} > {silent})\n"
+        f"  unless on ({RANK_KEY})\n{_ended(s)}\n"
+        f"  unless on ({RANK_KEY})\n{_gone(s)}\n"
+        f"  and on (training_job)\n"
+        f"(time() - max by (training_job) ({last_push}) < {silent})"
+    )
+    alerts = [
+        Alert(
+            "TrainingJobHang",
+            f"(\n  {indent(with_gpu(s, rank_expr))}\n)\nor\n(\n  {indent(nobody_expr)}\n)",
+            "critical",
+            "A training job makes no progress; the alert names the rank it waits for.",
+            hang_description,
+            s.hang_for,
+        ),
+        Alert(
+            "TrainingRankDead",
+            with_gpu(s, _gone(s)),
+            "critical",
+            "A training rank's process is gone without saying goodbye.",
+            f"The process of {where} of training job {{{{ $labels.training_job }}}} is gone and never said "
+            f"goodbye: killed by a signal (the OOM killer, a crash in native code, a node problem){at_step}"
+            f"{dead_phase}. Its peers fail, or wait, in their next collective: the job needs a restart.",
+            s.dead_for,
+        ),
+        Alert(
+            "TrainingRankSilent",
+            with_gpu(s, silent_expr),
+            "warning",
+            "A training rank stopped reporting while the other ranks of its job go on.",
+            f"{where[0].upper()}{where[1:]} of training job {{{{ $labels.training_job }}}} last reported "
+            "{{ $value | humanizeDuration }} ago while other ranks of the job reported recently: its process is "
+            "frozen or stuck in native code, cannot reach the node's daemon, or died where the daemon cannot "
+            "see it.",
+            s.silent_for,
+        ),
+    ]
+    return Group("fleetscope-progress", tuple(alerts))

@@ -1,0 +1,155 @@
+"""One rank of a real ``torch.distributed`` (gloo, CPU) job, instrumented exactly as the README shows.
+
+Run one process per rank with torchrun's environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and ``FLEETSCOPE_PUSH_URL``
+pointing at the node's daemon::
+
+    python -m tests.e2e.gloo_rank --model ddp --steps 600 [--slow-rank 6 --slowdown 0.2]
+
+The model is an MLP wrapped in DDP, FSDP2 (``fully_shard``) or FSDP1. Between
+its layers, :class:`Accelerator` stands for the GPU kernels of a real model:
+its forward and backward wait ``--device-ms`` in all (as the host would wait
+on a CUDA synchronize), so several ranks sharing two cores do not steal that
+time from each other. A slow rank (a throttled GPU) stretches only that wait,
+by ``--slowdown``; its host work is unchanged, and nothing here writes a phase
+or a duration: the client measures what happens.
+
+Faults, each on one rank: ``--data-rank`` gets batches from DataLoader workers
+slower than the step (an input-bound rank); ``--stall-rank`` stops getting
+batches after ``--fault-step`` steps (its loader hangs: a real hang, the other
+ranks wait in the all-reduce); ``--die-rank`` kills itself with SIGKILL after
+``--fault-step`` steps (the others' next collective fails). A faulted rank
+prints ``fault <unix time>`` when it happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from fleetscope.client import StepTracker
+
+STALL_SECONDS = 3600.0
+
+
+class _Wait(torch.autograd.Function):
+    """Identity whose backward waits: the backward kernels' time."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, seconds: float) -> torch.Tensor:
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class Accelerator(torch.nn.Module):
+    """The accelerator's share of a layer: ``seconds`` in forward, as much again in backward."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return _Wait.apply(x, self.seconds)
+
+
+class Batches(torch.utils.data.Dataset[torch.Tensor]):
+    """Random batches; ``delay`` seconds each (in a loader worker); none after ``stop_after`` on a stall."""
+
+    def __init__(self, count: int, batch: int, width: int, delay: float, stop_after: int | None) -> None:
+        self.count, self.batch, self.width, self.delay, self.stop_after = count, batch, width, delay, stop_after
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.stop_after is not None and index >= self.stop_after:
+            print(f"fault {time.time():.3f}", flush=True)
+            time.sleep(STALL_SECONDS)  # the shard's storage stopped answering
+        if self.delay:
+            time.sleep(self.delay)
+        return torch.randn(self.batch, self.width, generator=torch.Generator().manual_seed(index))
+
+
+def build(kind: str, width: int, device_seconds: float, rank: int) -> torch.nn.Module:
+    torch.manual_seed(0)  # the same initial weights on every rank
+    layers: list[torch.nn.Module] = []
+    for _ in range(3):
+        layers += [torch.nn.Linear(width, width), Accelerator(device_seconds / 6), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+    if kind == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model)
+    if kind == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        return fully_shard(model)
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    return FullyShardedDataParallel(
+        model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), device_id=torch.device("cpu")
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=["ddp", "fsdp2", "fsdp1"], default="ddp")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--device-ms", type=float, default=120.0, help="Accelerator time per step.")
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slowdown", type=float, default=0.2)
+    parser.add_argument("--data-rank", type=int, default=-1)
+    parser.add_argument("--data-ms", type=float, default=0.0, help="Time a loader worker takes per batch.")
+    parser.add_argument("--stall-rank", type=int, default=-1)
+    parser.add_argument("--die-rank", type=int, default=-1)
+    parser.add_argument("--fault-step", type=int, default=100)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    device_seconds = args.device_ms / 1000 * (1 + args.slowdown if rank == args.slow_rank else 1)
+    data_rank = rank == args.data_rank
+    dataset = Batches(
+        args.steps, args.batch, args.width, args.data_ms / 1000 if data_rank else 0.0,
+        args.fault_step if rank == args.stall_rank else None,
+    )
+    workers = 2 if data_rank or rank == args.stall_rank else 0
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    model = build(args.model, args.width, device_seconds, rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    tracker = StepTracker()                         # job, rank, GPU from the environment
+    model = tracker.watch(model)                    # collective waits are comm
+    for step, batch in enumerate(tracker.steps(loader), 1):  # one step per batch; its fetch is data
+        loss = model(batch).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if rank == args.die_rank and step == args.fault_step:
+            print(f"fault {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer, a segfault in a kernel, a node's reboot
+    tracker.close()
+    dist.destroy_process_group()
+    print(f"rank {rank}: {args.steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
