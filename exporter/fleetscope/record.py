@@ -34,7 +34,8 @@ class Role(enum.Enum):
     KEY = "key"  # identifies the rank: (job, rank)
     LABEL = "label"  # placement exposed as a label of every per-rank series
     INFO = "info"  # placement exposed on the rank's _info series
-    PROCESS = "process"  # identifies the pushing process (a restart is a new one)
+    PROCESS = "process"  # identifies the pushing process, for the daemon to watch
+    SESSION = "session"  # with the process, identifies one run of the rank's reporting (a restart is a new one)
     NUMBER = "number"  # the step number: the newest is kept
     TIME = "time"  # when the step completed: the newest is kept
     DURATION = "duration"  # seconds: summed, and a rolling median over the last steps
@@ -77,6 +78,9 @@ RANK_FIELDS: tuple[Field, ...] = (
           "Start time of the process in clock ticks after boot (/proc/self/stat field 22): with pid, tells a "
           "restarted rank from the old one, and lets the daemon find the process from another PID namespace.",
           minimum=0),
+    Field("session", Role.SESSION, "int",
+          "Random id of the reporting tracker: with pid and start_time, tells a restarted rank from the old one "
+          "(also when one process hosts several, as a simulator does).", minimum=0, below=1 << 63),
 )
 
 # One completed step.

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from fleetscope.client import StepTracker
 
 STALL_SECONDS = 3600.0

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,8 @@ class Cluster:
         for index in range(self.nodes):
             log = open(os.path.join(self.workdir, f"{self.node(index)}.log"), "wb")  # noqa: SIM115
             self.daemons.append(subprocess.Popen(
-                [sys.executable, "-m", "fleetscope", "serve", f"--web.listen-address=127.0.0.1:{self.base_port + index}",
+                [sys.executable, "-m", "fleetscope", "serve",
+                 f"--web.listen-address=127.0.0.1:{self.base_port + index}",
                  "--no-collector.efa", "--no-collector.netdev", "--no-collector.netstat", "--no-collector.ena",
                  "--no-collector.gpu", "--collector.steps", f"--push.median-window={median_window}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environ(),
@@ -109,10 +110,8 @@ class Cluster:
     def wait(self, job: str, timeout: float) -> list[int | None]:
         deadline = time.monotonic() + timeout
         for proc in self.ranks[job]:
-            try:
+            with suppress(subprocess.TimeoutExpired):  # still running: its code stays None
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         return [proc.poll() for proc in self.ranks[job]]
 
     def fired(self) -> list[dict[str, str]]:

@@ -245,3 +245,11 @@ def test_an_ended_rank_expires_sooner() -> None:
     store.ingest([report(step(1), rank=1, position={"step": 2, "phase": "idle", "since": clock.now})])
     clock.now += ENDED_TTL + 1
     assert [r.rank for r in store.view().ranks] == [1]
+
+
+def test_a_rank_restarted_inside_the_same_process_is_a_new_session() -> None:
+    store = StepStore(PushConfig())
+    store.ingest([report(step(30), pid=7, start_time=1000, session=1)])
+    result = store.ingest([report(step(0), step(1), pid=7, start_time=1000, session=2)])  # a simulator's restart
+    assert (result.accepted, result.out_of_order) == (2, 0)
+    assert store.ingest([report(step(1), pid=7, start_time=1000, session=2)]).out_of_order == 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 import weakref
 from collections import deque
@@ -238,6 +239,7 @@ class StepTracker:
             ("gpu", gpu if gpu is not None else node_gpu(env, placement.local_rank)),
             ("pid", os.getpid()),
             ("start_time", process_start_time()),
+            ("session", random.getrandbits(62)),
         ):
             if value is not None:
                 self._fields[key] = value

@@ -154,8 +154,9 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
 
     all_or_nothing = (
         "If any record is invalid (422, naming the field) or the push would exceed the node's limits on jobs or "
-        "ranks (429), nothing from it is stored. Within one process of a rank (same `pid` and `start_time`), "
-        "steps must go forward: a step at or below the last one is refused and counted (`out_of_order`)."
+        "ranks (429), nothing from it is stored. Within one run of a rank's tracker (same `pid`, `start_time` "
+        "and `session`), steps must go forward: a step at or below the last one is refused and counted "
+        "(`out_of_order`)."
     )
     push_responses: dict[int | str, dict[str, Any]] = {
         **ERROR_RESPONSES,

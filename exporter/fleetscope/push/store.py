@@ -10,7 +10,7 @@ the values a scrape reads are keyed by :func:`fleetscope.record.value_keys`,
 so no field name is written here.
 
 Bad input is refused and counted, never fatal: within one process of a rank
-(same ``pid`` and ``start_time``) a step at or below the last one is out of
+(same ``pid``, ``start_time`` and ``session``) a step at or below the last one is out of
 order; a completion time in the future or before the rank's previous one (a
 clock that went backwards) is replaced by the time the daemon received it;
 a new process of the same rank (a restart, which may begin again at step 0)
@@ -43,6 +43,7 @@ _LATEST = record.names(Role.LATEST, record.STEP_FIELDS)
 (_NUMBER,) = record.names(Role.NUMBER, record.STEP_FIELDS)
 (_TIME,) = record.names(Role.TIME, record.STEP_FIELDS)
 _PROCESS = record.names(Role.PROCESS, record.RANK_FIELDS)
+_SESSION = _PROCESS + record.names(Role.SESSION, record.RANK_FIELDS)
 
 
 class LimitExceeded(Exception):
@@ -101,7 +102,7 @@ class _Rank:
     ordered: bool = False  # steps of this process must go forward (it said which process it is)
 
     def session(self) -> tuple[Any, ...]:
-        return tuple(self.fields.get(name) for name in _PROCESS)
+        return tuple(self.fields.get(name) for name in _SESSION)
 
 
 class Counter:
@@ -181,7 +182,7 @@ class StepStore:
         previous_session = state.session()
         # Placement and process facts: the newest push that states them wins (a restarted job may move).
         state.fields.update(report.fields)
-        ordered = all(report.fields.get(name) is not None for name in _PROCESS)
+        ordered = all(report.fields.get(name) is not None for name in _PROCESS)  # a session id alone is not enough
         if state.session() != previous_session:  # a new process of this rank: its own order and phase
             state.latest.pop(_NUMBER, None)
             state.position = None
