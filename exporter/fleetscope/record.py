@@ -145,16 +145,25 @@ def value_keys() -> tuple[str, ...]:
     return tuple(keys)
 
 
-def process_start_time(pid: int | str = "self", procfs: str = "/proc") -> int | None:
-    """The ``start_time`` field: field 22 of ``<procfs>/<pid>/stat``; None when there is no such process.
+def process_state(pid: int | str = "self", procfs: str = "/proc") -> tuple[str, int] | None:
+    """(state, start time) of a process from ``<procfs>/<pid>/stat``; None when there is no such process.
 
-    Clock ticks after boot, the same in every PID namespace: with the pid it names one process, tells a
-    restart from the old one, and lets the node's daemon find it from outside a container.
+    The state is field 3 (``R``, ``S``, ``D``, ``T``, ``Z`` for a zombie...). The start time, field 22, is
+    the ``start_time`` field: clock ticks after boot, the same in every PID namespace, so with the pid it
+    names one process, tells a restart from the old one, and lets the node's daemon find it from outside
+    a container.
     """
     try:
         with open(os.path.join(procfs, str(pid), "stat"), "rb") as stat:
             text = stat.read().decode("ascii", "replace")
         # The command name (field 2) is in parentheses and may contain anything, spaces included.
-        return int(text[text.rindex(")") + 2:].split()[19])
+        fields = text[text.rindex(")") + 2:].split()
+        return fields[0], int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def process_start_time(pid: int | str = "self", procfs: str = "/proc") -> int | None:
+    """The ``start_time`` field of a process (see :func:`process_state`)."""
+    state = process_state(pid, procfs)
+    return state[1] if state is not None else None

@@ -1,9 +1,10 @@
-"""One rank of a 2-process data-parallel CPU training loop (gloo), instrumented with the client.
+"""One rank of a 2-process data-parallel CPU training loop (gloo), instrumented as the README shows.
 
-Started by torchrun from test_gloo_training.py. Gradients are averaged with an
-explicit all_reduce so the loop can time compute and communication apart.
-Rank 1 is made a straggler (extra compute time), so rank 0 must show the wait
-as exposed communication.
+Started by torchrun from test_gloo_training.py: ``StepTracker()``,
+``tracker.watch(DDP(model))`` and ``for batch in tracker.steps(loader)``.
+Rank 1's forward takes 20 ms longer (a slower accelerator, standing in as a
+wait inside the model), so rank 0 must show the difference as exposed
+communication, measured by watch(), and rank 1 as compute.
 """
 
 from __future__ import annotations
@@ -18,37 +19,38 @@ import torch.distributed as dist
 from fleetscope.client import StepTracker
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))
-STRAGGLER_DELAY = 0.02  # seconds of extra "compute" on rank 1
+STRAGGLER_DELAY = 0.02  # seconds of extra accelerator time on rank 1
+
+
+class Slower(torch.nn.Module):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return x
 
 
 def main() -> int:
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.manual_seed(0)  # same initial weights on every rank
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), Slower(STRAGGLER_DELAY if rank == 1 else 0.0), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     target = torch.randn(32, 1, generator=torch.Generator().manual_seed(1))
     data = torch.Generator().manual_seed(100 + rank)  # each rank its own shard
+    inputs = [torch.randn(16, 32, generator=data) for _ in range(STEPS)]
+
     tracker = StepTracker()  # job, rank, local_rank, world size and URL from the environment
-    for _ in range(STEPS):
-        with tracker.step(samples=16) as step:
-            with tracker.phase("data"):
-                x = torch.randn(16, 32, generator=data)
-                y = x @ target
-            with tracker.phase("compute"):
-                optimizer.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                loss.backward()
-                if rank == 1:
-                    time.sleep(STRAGGLER_DELAY)
-            with tracker.phase("comm"):
-                for param in model.parameters():
-                    dist.all_reduce(param.grad)
-                    param.grad /= world
-            with tracker.phase("compute"):
-                optimizer.step()
-            step.loss = loss.detach()
-            step.tokens = 16 * 32
+    model = tracker.watch(torch.nn.parallel.DistributedDataParallel(model))
+    for x in tracker.steps(inputs):
+        loss = torch.nn.functional.mse_loss(model(x), x @ target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     tracker.close(timeout=10)
     stats = tracker.stats()
     dist.destroy_process_group()

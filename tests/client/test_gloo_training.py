@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -47,21 +46,21 @@ def test_two_rank_gloo_training_shows_per_rank_series() -> None:
             assert value("fleetscope_training_steps_total", rank) == STEPS
             assert value("fleetscope_training_last_step", rank) == STEPS
             assert value("fleetscope_training_samples_total", rank) == STEPS * 16
-            assert value("fleetscope_training_tokens_total", rank) == STEPS * 16 * 32
             step_total = value("fleetscope_training_step_seconds_total", rank)
             parts = sum(
                 value(f"fleetscope_training_{p}_seconds_total", rank) or 0
                 for p in ("data", "compute", "comm")
             )
-            assert step_total is not None and 0 < parts <= step_total
-            loss = value("fleetscope_training_loss", rank)
-            assert loss is not None and math.isfinite(loss) and loss >= 0
+            assert step_total is not None and parts == pytest.approx(step_total)
             info = daemon.value(
-                "fleetscope_training_rank_info", training_job="gloo-ddp", rank=str(rank), world_size="2"
+                "fleetscope_training_rank_info", training_job="gloo-ddp", rank=str(rank), world_size="2",
+                gpu=str(rank),  # torchrun, every GPU visible: cuda:LOCAL_RANK
             )
             assert info == 1
-        # Rank 1 computes 20 ms longer per step; synchronous training turns that into
-        # rank 0's collective wait.
+            assert daemon.value("fleetscope_training_phase", training_job="gloo-ddp", rank=str(rank),
+                                phase="ended") == 1
+        # Rank 1's accelerator takes 20 ms longer per step; synchronous training turns that into
+        # rank 0's collective wait, which watch() books as comm.
         compute = [value("fleetscope_training_compute_seconds_median", r) for r in (0, 1)]
         comm = [value("fleetscope_training_comm_seconds_median", r) for r in (0, 1)]
         assert compute[1] > compute[0] + 0.01  # type: ignore[operator]

@@ -85,3 +85,12 @@ def test_forget_drops_processes_no_rank_reports(tmp_path: Path) -> None:
     table.forget(set())
     remove_process(tmp_path, 300)
     assert table.alive(300, 5000) is None  # forgotten: no longer known to have been seen
+
+
+def test_a_zombie_its_parent_has_not_reaped_is_gone(tmp_path: Path) -> None:
+    add_process(tmp_path, 300, start=5000)
+    table = ProcessTable(str(tmp_path))
+    assert table.alive(300, 5000) is True
+    stat = tmp_path / "300" / "stat"
+    stat.write_text(stat.read_text().replace(") S ", ") Z "))  # killed; its launcher has not waited for it yet
+    assert table.alive(300, 5000) is False

@@ -11,8 +11,9 @@ PID namespace, so the pair names the process even from outside its container:
   Found by one scan of the process table, remembered, and looked up directly
   after that.
 
-A process once found that is no longer there (or whose pid now belongs to a
-process started at another time) is gone: the rank died. A process never
+A process once found that is no longer there, is a zombie its parent has not
+reaped yet, or whose pid now belongs to a process started at another time is
+gone: the rank died. A process never
 found (a daemon that cannot see the rank's PID namespace, or a simulated
 procfs) is unknown, never reported as gone. Knows no metric names.
 """
@@ -23,9 +24,15 @@ import os
 import time
 from collections.abc import Callable
 
-from fleetscope.record import process_start_time
+from fleetscope.record import process_state
 
 RESCAN_AFTER = 30.0  # seconds before looking again for a process not found yet
+
+
+def _running(pid: int | str, start: int, procfs: str) -> bool:
+    """The process ``pid`` exists, started at ``start``, and has not exited (a zombie has)."""
+    state = process_state(pid, procfs)
+    return state is not None and state[1] == start and state[0] not in ("Z", "X", "x")
 
 
 def _namespace_pid(procfs: str, pid: str) -> int | None:
@@ -54,8 +61,8 @@ class ProcessTable:
         key = (pid, start)
         host_pid = self._found.get(key)
         if host_pid is not None:
-            return process_start_time(host_pid, self._procfs) == start
-        if process_start_time(pid, self._procfs) == start:
+            return _running(host_pid, start, self._procfs)
+        if _running(pid, start, self._procfs):
             self._found[key] = pid
             return True
         now = self._clock()
@@ -75,7 +82,7 @@ class ProcessTable:
         except OSError:
             return None
         for name in entries:
-            if process_start_time(name, self._procfs) == start and _namespace_pid(self._procfs, name) == pid:
+            if _running(name, start, self._procfs) and _namespace_pid(self._procfs, name) == pid:
                 return int(name)
         return None
 
