@@ -326,6 +326,19 @@ def test_positions_step_through_phases_on_the_training_thread_only_by_attribute(
     tracker.close(timeout=0.1)
 
 
+def test_a_loop_that_times_itself_says_where_it_is() -> None:
+    tracker = Captured()
+    tracker.report(1.0)
+    assert tracker.position()["phase"] == "idle" and tracker.position()["step"] == 2
+    tracker.now_in("comm")
+    assert (tracker.position()["phase"], tracker.position()["step"]) == ("comm", 2)
+    tracker.now_in("data", step=7)
+    assert (tracker.position()["phase"], tracker.position()["step"]) == ("data", 7)
+    tracker.now_in("lunch")  # refused and counted, never raised
+    assert tracker.position()["phase"] == "data" and tracker.errors == 1
+    tracker.close(timeout=0.1)
+
+
 def test_a_device_still_waiting_in_a_collective_reports_comm() -> None:
     class Event:
         def __init__(self, done: bool) -> None:

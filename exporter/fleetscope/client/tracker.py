@@ -301,6 +301,18 @@ class StepTracker:
         except Exception as exc:
             self._error(exc)
 
+    def now_in(self, phase: str, step: int | None = None) -> None:
+        """Say which phase the rank is in from now on (``data``, ``compute``, ``comm``, ``other`` or ``idle``),
+        for loops that time themselves and push with :meth:`report`; the next phase or step replaces it.
+        Only the position changes: nothing is timed or booked."""
+        try:
+            if phase not in record.PHASES or phase == "ended":
+                raise ValueError(f"unknown phase {phase!r}")
+            number = step if step is not None else self._position[0]
+            self._position = (number, phase, time.perf_counter())
+        except Exception as exc:
+            self._error(exc)
+
     def loader(self, iterable: Iterable[T]) -> Iterable[T]:
         """``for batch in tracker.loader(loader):`` books each fetch (and starting each pass) as ``data``."""
         return _Loader(self, iterable)
