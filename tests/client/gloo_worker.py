@@ -2,8 +2,8 @@
 
 Started by torchrun from test_gloo_training.py: ``StepTracker()``,
 ``tracker.watch(DDP(model))`` and ``for batch in tracker.steps(loader)``.
-Rank 1's forward takes 20 ms longer (a slower accelerator, standing in as a
-wait inside the model), so rank 0 must show the difference as exposed
+Rank 1's accelerator share takes 20 ms longer per step (a wait inside forward
+and backward), so rank 0 must show the difference as exposed
 communication, measured by watch(), and rank 1 as compute.
 """
 
@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 from fleetscope.client import StepTracker
+from tests.e2e.gloo_rank import Accelerator
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))
-STRAGGLER_DELAY = 0.02  # seconds of extra accelerator time on rank 1
-
-
-class Slower(torch.nn.Module):
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.seconds)
-        return x
+SLOW_SECONDS = 0.02  # extra accelerator time per step on rank 1 (half in forward, half in backward)
 
 
 def main() -> int:
@@ -37,7 +27,8 @@ def main() -> int:
     rank = dist.get_rank()
     torch.manual_seed(0)  # same initial weights on every rank
     model = torch.nn.Sequential(
-        torch.nn.Linear(32, 64), Slower(STRAGGLER_DELAY if rank == 1 else 0.0), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+        torch.nn.Linear(32, 64), Accelerator(SLOW_SECONDS / 2 if rank == 1 else 0.0), torch.nn.ReLU(),
+        torch.nn.Linear(64, 1),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     target = torch.randn(32, 1, generator=torch.Generator().manual_seed(1))

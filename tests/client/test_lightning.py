@@ -13,20 +13,9 @@ except ImportError:
     pl = pytest.importorskip("pytorch_lightning")
 
 from fleetscope.client.lightning import FleetscopeCallback  # noqa: E402
+from tests.client.lightning_worker import SLOW_SECONDS, TinyModule  # noqa: E402
+from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun  # noqa: E402
 from tests.push.live import running_daemon  # noqa: E402
-
-
-class TinyModule(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
@@ -46,7 +35,7 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
             default_root_dir=str(tmp_path),
             callbacks=[callback],
         )
-        trainer.fit(TinyModule(), loader)
+        trainer.fit(TinyModule(slow=False), loader)
         (view,) = daemon.collector.store.view().ranks
     values = view.values
     assert (view.job, view.rank, view.fields["local_rank"], view.fields["world_size"]) == ("pl-test", 0, 0, 1)
@@ -58,25 +47,10 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
     assert values["loss"] >= 0
 
 
+
 @pytest.mark.slow
 def test_ddp_ranks_report_the_slow_peers_wait_as_comm() -> None:
     """Two processes under torchrun (gloo), Lightning's DDP strategy: the callback watches strategy.model."""
-    import os
-    import subprocess
-    import sys
-
-    worker = Path(__file__).with_name("lightning_worker.py")
     with running_daemon() as daemon:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETSCOPE_", "SLURM_"))}
-        env.update({"FLEETSCOPE_PUSH_URL": daemon.url, "FLEETSCOPE_JOB": "pl-ddp", "OMP_NUM_THREADS": "1",
-                    "GLOO_SOCKET_IFNAME": "lo", "PL_TEST_STEPS": "20"})
-        result = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(worker)],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
-        )
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        views = {view.rank: view.values for view in daemon.collector.store.view().ranks}
-    assert sorted(views) == [0, 1] and views[0]["steps"] == views[1]["steps"] == 20
-    # Rank 1's training step takes 30 ms longer: rank 0 waits for it in DDP's all-reduce.
-    assert views[0]["comm_seconds"] > views[1]["comm_seconds"] + 20 * 0.015
-    assert views[1]["compute_seconds"] > views[0]["compute_seconds"] + 20 * 0.015
+        torchrun(Path(__file__).with_name("lightning_worker.py"), daemon, "pl-ddp", PL_TEST_STEPS="20")
+        assert_rank_1_is_the_slow_one(daemon, 20, SLOW_SECONDS)

@@ -37,12 +37,15 @@ SCRIPT = textwrap.dedent(
     )
     with tracker.step():
         with tracker.phase("compute"):
-            pass
+            tracker.add("comm", 0.001)
+    for _ in tracker.steps(tracker.loader([1, 2])):
+        pass
+    tracker.now_in("data")
     tracker.report(0.5)
     tracker.close(timeout=1)
     loaded = sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)
     assert not loaded, loaded
-    assert tracker.stats().enqueued == 2, tracker.stats()
+    assert tracker.stats().enqueued == 4, tracker.stats()
     print("ok")
     """
 )
