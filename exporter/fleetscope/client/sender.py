@@ -160,6 +160,7 @@ class Sender:
         self._base = parts.path
         self._connection: http.client.HTTPConnection | None = None
         self._forked = False
+        self._abandoned = False
         _register_cleanup(self)
 
     # -- training thread side -----------------------------------------------------------------
@@ -192,6 +193,12 @@ class Sender:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def abandon(self) -> None:
+        """Stop at once, sending nothing more (no goodbye, buffered records dropped): as a dying process."""
+        self._abandoned = True
+        self._stop.set()
+        self._wake.set()
+
     def after_fork(self) -> None:
         """In a forked child (a DataLoader worker): the parent's thread, locks and socket are not ours.
 
@@ -218,6 +225,9 @@ class Sender:
                     self._wake.wait(self.flush_interval)
                 self._wake.clear()
                 stopping = self._stop.is_set()
+            if self._abandoned:
+                self._disconnect()
+                return
             heartbeat = self.reports  # every cycle sends one report, steps or not
             while True:
                 batch = self.buffer.take(self.batch_size)

@@ -445,9 +445,15 @@ class StepTracker:
     def stats(self) -> SenderStats:
         return self.sender.stats()
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Push what is left (steps awaiting CUDA events included), say goodbye, stop the sender."""
+    def close(self, timeout: float = 5.0, goodbye: bool = True) -> None:
+        """Push what is left (steps awaiting CUDA events included), say goodbye, stop the sender.
+
+        ``goodbye=False`` stops reporting at once, as a process that died would (for simulators and tests).
+        """
         try:
+            if not goodbye:
+                self.sender.abandon()
+                return
             while self._pending:
                 self._resolve_device_times(force=True)
             self.sender.close(timeout)

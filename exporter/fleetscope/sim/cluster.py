@@ -163,6 +163,16 @@ class ClientPusher:
                 tokens=record["tokens"], samples=record["samples"], loss=record["loss"], timestamp=record["timestamp"],
             )
 
+    def position(self, job: str, rank: int, phase: str, alive: bool) -> None:
+        """Where a rank is now; a dead rank's tracker stops reporting, without a goodbye."""
+        tracker = self._trackers.get((job, rank))
+        if tracker is None or tracker.sender._stop.is_set():
+            return
+        if alive:
+            tracker.now_in(phase)
+        else:
+            tracker.close(goodbye=False)
+
     def close(self) -> None:
         for tracker in self._trackers.values():
             tracker.close(timeout=1.0)
@@ -298,6 +308,11 @@ class SimCluster:
                 collectives.write(records)
             except OSError as exc:
                 logger.error("%s: could not write its NCCL Inspector output: %s", collectives.job, exc)
+        position = getattr(self.pusher, "position", None)
+        if position is not None:
+            for job in self.jobs:
+                for state in job.ranks:
+                    position(job.spec.name, state.rank, state.phase, state.alive)
         for name, node in self.nodes.items():
             node.model.tick(dt, elapsed, loads[name], faults)
         for name in self._trees_due(elapsed):

@@ -66,6 +66,7 @@ class RankState:
     last_step_time: float = 0.0
     alive: bool = True
     stalled: bool = False  # no progress (a hang, or blocked on a dead peer)
+    phase: str = "compute"  # where the rank is, as its client reports it: a stalled rank's tells the hang apart
 
 
 @dataclass
@@ -123,12 +124,14 @@ class JobModel:
                         state.stalled = True
                     elif now >= fault.at + fault.param("block_after"):
                         # Sooner or later the survivors need the dead rank in a collective and block.
-                        state.stalled = True
+                        state.stalled, state.phase = True, "comm"
             elif fault.kind == "job_hang":
                 first = int(fault.param("first_rank"))
                 for state in self.ranks:
-                    if state.rank == first or now >= fault.at + fault.param("lag"):
-                        state.stalled = True
+                    if state.rank == first:
+                        state.stalled, state.phase = True, "data"  # its loader stopped answering
+                    elif now >= fault.at + fault.param("lag"):
+                        state.stalled, state.phase = True, "comm"  # waiting for it in the collective
 
     def busy(self) -> float:
         """How busy this job keeps its GPUs and network (0 when it makes no progress)."""
