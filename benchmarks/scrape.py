@@ -470,7 +470,7 @@ def _in_process_costs(settings: ScrapeSettings, log: Log) -> tuple[list[PartCost
     from fleetscope.daemon import build_engine
     from fleetscope.engine import CollectorRunner
     from fleetscope.exposition import Chunk, Format, Renderer, negotiate, render
-    from fleetscope.push.models import parse_records
+    from fleetscope.push.models import parse_records, reports_from_records
     from fleetscope.sim.gpufeed import GpuFeed
     from fleetscope.sim.nodeproc import build_node_collectors, node_config
 
@@ -482,7 +482,7 @@ def _in_process_costs(settings: ScrapeSettings, log: Log) -> tuple[list[PartCost
     collectors = build_node_collectors(config, tree.paths)
     engine = build_engine(config, collectors)
     records = [step_record("costs", r, s, settings.ranks) for r in range(settings.ranks) for s in range(1, 33)]
-    collectors["steps"].store.ingest(parse_records(json.dumps(records).encode()))
+    collectors["steps"].store.ingest(reports_from_records(parse_records(json.dumps(records).encode())))
     om = negotiate(PROMETHEUS_ACCEPT)
     library_om = Format(om.content_type, om.encode)  # without the plain-names twin: prometheus_client as negotiated
     text = negotiate("text/plain;version=0.0.4")
