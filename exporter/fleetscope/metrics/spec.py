@@ -6,6 +6,11 @@ help, where its value comes from (``raw``) and the scale to its base unit.
 ``f"rate({training.STEPS_TOTAL}[5m])"`` and a renamed metric breaks at import,
 not in production.
 
+A metric can cost fewer series at the ``default`` detail level than at
+``all`` (:class:`AtDefault`): per-device counters summed per node, per-link
+states folded per GPU, or left out until asked for. Each collector's level is
+``--collector.<name>.detail``; the catalog lists what each level exports.
+
 A :class:`MetricTable` maps the raw names of one source (a sysfs counter file,
 an ethtool statistic, an NVML reading) to specs. Collectors look readings up
 in it; ``docs/metrics.md`` is rendered from it.
@@ -22,6 +27,35 @@ from typing import Literal
 
 MetricKind = Literal["gauge", "counter", "info"]
 NAMESPACE = "fleetscope"
+
+DetailLevel = Literal["default", "all"]
+DETAIL_LEVELS: tuple[DetailLevel, ...] = ("default", "all")
+Combine = Literal["sum", "min", "max"]
+
+
+@dataclass(frozen=True)
+class AtDefault:
+    """How a metric is exported at the ``default`` detail level, where that is less than at ``all``.
+
+    ``keep`` are the labels it keeps there; series that differ only in the
+    other labels are combined into one: counters summed (kept monotonic across
+    a device's reset or disappearance, see :mod:`fleetscope.detail`), gauges by
+    ``combine``. ``keep=None``: exported only at ``all``. ``unless`` names a
+    metric with the same labels: a series is left out at ``default`` where that
+    metric has one (it carries the same signal better). ``why`` is the reason,
+    for the catalog.
+    """
+
+    keep: tuple[str, ...] | None
+    combine: Combine = "sum"
+    unless: str = ""
+    why: str = ""
+
+    def combined_over(self, labels: tuple[str, ...]) -> str:
+        """``summed over device, port`` for a metric with ``labels``: how its series are combined."""
+        dropped = ", ".join(label for label in labels if label not in (self.keep or ()))
+        how = {"sum": "summed", "min": "lowest", "max": "highest"}[self.combine]
+        return f"{how} over {dropped}"
 
 
 @dataclass(frozen=True)
@@ -43,6 +77,7 @@ class MetricSpec:
     raw: str = ""
     scale: float = 1.0
     info_keys: tuple[str, ...] = ()
+    at_default: AtDefault | None = None  # None: the same series at every detail level
 
     def __post_init__(self) -> None:
         if not self.name.startswith(NAMESPACE + "_"):
@@ -51,6 +86,14 @@ class MetricSpec:
             raise ValueError(f"counter {self.name!r} must end in _total")
         if self.kind == "info" and not self.name.endswith("_info"):
             raise ValueError(f"info metric {self.name!r} must end in _info")
+        reduced = self.at_default
+        if reduced is not None and reduced.keep is not None:
+            if not set(reduced.keep) <= set(self.labels):
+                raise ValueError(f"{self.name}: keeps labels {reduced.keep} it does not have")
+            if self.kind == "info" and reduced.keep != self.labels:
+                raise ValueError(f"{self.name}: an info metric cannot be combined")
+            if self.kind == "counter" and reduced.combine != "sum":
+                raise ValueError(f"{self.name}: counters are combined by sum")
 
     def __str__(self) -> str:
         return self.name
@@ -58,6 +101,12 @@ class MetricSpec:
     @property
     def all_labels(self) -> tuple[str, ...]:
         return self.labels + self.info_keys
+
+    def labels_at(self, level: DetailLevel) -> tuple[str, ...] | None:
+        """The labels its series carry at ``level``; None when it is not exported there."""
+        if level == "all" or self.at_default is None:
+            return self.labels
+        return self.at_default.keep
 
     def from_raw(self, raw: str) -> MetricSpec:
         """The same metric read from another raw source (one family fed by several counters)."""
