@@ -78,3 +78,26 @@ def test_staleness_defaults_to_three_intervals_plus_timeout():
     config = load({"collector.efa.interval": "10", "collector.efa.timeout": "5"}, environ={})
     assert config.staleness_for("efa") == 35
     assert load({"collection.staleness": "2m"}, environ={}).staleness_for("efa") == 120
+
+
+def test_detail_level_per_collector_from_every_source(tmp_path):
+    assert load({}, environ={}).collector("efa").detail == "default"
+    yaml_path = write(tmp_path, "collector:\n  efa:\n    detail: all\n")
+    assert load({}, environ={}, yaml_path=yaml_path).collector("efa").detail == "all"
+    config = load({"collector.gpu.detail": "ALL"}, environ={"FLEETSCOPE_COLLECTOR_EFA_DETAIL": "default"},
+                  yaml_path=yaml_path)
+    assert (config.collector("gpu").detail, config.collector("efa").detail) == ("all", "default")
+    with pytest.raises(ConfigError, match=r"--collector\.efa\.detail: expected one of default, all"):
+        load({"collector.efa.detail": "some"}, environ={})
+
+
+def test_detail_level_only_where_a_collector_has_levels():
+    from fleetscope.collectors import REGISTRY
+    from fleetscope.metrics import ALL_TABLES
+
+    with_levels = {t.collector for t in ALL_TABLES for spec in t if spec.at_default is not None}
+    assert with_levels == {name for name, entry in REGISTRY.items() if entry.detail_levels} == {"efa", "gpu"}
+    assert {key for key in settings_table() if key.endswith(".detail")} == {
+        "collector.efa.detail", "collector.gpu.detail"}
+    with pytest.raises(ConfigError, match=r"unknown flag --collector\.netstat\.detail"):
+        load({"collector.netstat.detail": "all"}, environ={})

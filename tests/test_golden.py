@@ -144,6 +144,8 @@ def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
         "--path.procfs",
         os.path.join(P5, "proc"),
         "--no-collector.gpu",
+        "--collector.efa.detail",
+        "all",
         "--web.listen-address",
         f"127.0.0.1:{port}",
     ]

@@ -7,13 +7,64 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleetscope.metrics import ALL_TABLES, MetricSpec, MetricTable
+from fleetscope.metrics import ALL_TABLES, MetricSpec, MetricTable, budget
+from fleetscope.metrics.spec import DETAIL_LEVELS
 
 
-def _row(spec: MetricSpec) -> str:
+def _at_default(spec: MetricSpec) -> str:
+    """What the default detail level exports of ``spec``, for its row."""
+    reduced = spec.at_default
+    if reduced is None:
+        return "as at `all`"
+    if reduced.keep is None:
+        return f"only at `all` ({reduced.why})"
+    if reduced.unless:
+        return f"only where `{reduced.unless}` has no series ({reduced.why})"
+    return f"{reduced.combined_over(spec.labels)} ({reduced.why})"
+
+
+def _row(spec: MetricSpec, levels: bool) -> str:
     labels = ", ".join(f"`{label}`" for label in spec.all_labels) or "—"
     raw = f"`{spec.raw}`" if spec.raw else ""
-    return f"| `{spec.name}` | {spec.kind} | {labels} | {spec.unit or ''} | {raw} | {spec.help.replace('|', '/')} |"
+    level = f" {_at_default(spec)} |" if levels else ""
+    return (f"| `{spec.name}` | {spec.kind} | {labels} | {spec.unit or ''} | {raw} |{level} "
+            f"{spec.help.replace('|', '/')} |")
+
+
+def _levels_section() -> list[str]:
+    header = " | ".join(f"`{level}`" for level in DETAIL_LEVELS)
+    lines = [
+        "## Detail levels and the series they cost",
+        "",
+        "Collectors with a `--collector.<name>.detail` setting (flag, `FLEETSCOPE_COLLECTOR_<NAME>_DETAIL`, or",
+        "`collector: {<name>: {detail: ...}}` in the config file) export fewer series at `default` than at",
+        "`all`: the tables below say per metric what `default` exports. Every alert, recording rule and",
+        "dashboard panel reads only what `default` exports; `all` adds every device, port and link for",
+        "looking closer at one node. A counter summed over devices stays monotonic when one device resets",
+        "or disappears (its last total is carried).",
+        "",
+        f"Series per node, counted on a simulated {budget.P5_NODE} (`tests/test_series_budget.py` keeps",
+        f"these figures true). The budget at `default` is {budget.BUDGET:,} per node.",
+        "",
+        f"| collector | setting | {header} |",
+        "|---|---|" + "---:|" * len(DETAIL_LEVELS),
+    ]
+    for collector, counts in budget.P5_SERIES.items():
+        setting = f"`--collector.{collector}.detail`" if counts["default"] != counts["all"] else ""
+        cells = " | ".join(f"{counts[level]:,}" for level in DETAIL_LEVELS)
+        lines.append(f"| {collector} | {setting} | {cells} |")
+    prometheus = " | ".join(f"{budget.PROMETHEUS_PER_TARGET}" for _ in DETAIL_LEVELS)
+    lines.append(f"| Prometheus's own per target (`up`, `scrape_*`) |  | {prometheus} |")
+    totals = " | ".join(f"**{budget.p5_total(level):,}**" for level in DETAIL_LEVELS)
+    lines.append(f"| **per node** |  | {totals} |")
+    lines += [
+        "",
+        "Not in these figures: Xids (one series per GPU and Xid code seen), `fleetscope_gpu_job_info` (one per",
+        "GPU with a job), NCCL Inspector output (65 to 281 series per 8-rank node, `docs/benchmarks.md`) and",
+        "Pushgateway-style groups.",
+        "",
+    ]
+    return lines
 
 
 def render_catalog(tables: Iterable[MetricTable] = ALL_TABLES) -> str:
@@ -28,21 +79,24 @@ def render_catalog(tables: Iterable[MetricTable] = ALL_TABLES) -> str:
         "string facts are labels of `_info` metrics whose value is 1; a value the hardware does not provide is absent,",
         "never 0.",
         "",
+        *_levels_section(),
     ]
     seen: set[str] = set()
     for tbl in tables:
-        rows = [spec for spec in tbl if spec.name not in seen]
+        # one row per metric: a metric fed by several raw counters (verbs errors by operation) is listed once
+        rows = list({spec.name: spec for spec in tbl if spec.name not in seen}.values())
         if not rows:
             continue
         seen.update(spec.name for spec in rows)
+        levels = any(spec.at_default is not None for spec in rows)
         lines += [
             f"## {tbl.source} (collector `{tbl.collector}`)",
             "",
             tbl.description,
             "",
-            "| metric | type | labels | unit | raw source | help |",
-            "|---|---|---|---|---|---|",
+            "| metric | type | labels | unit | raw source |" + (" at `default` |" if levels else "") + " help |",
+            "|---|---|---|---|---|" + ("---|" if levels else "") + "---|",
         ]
-        lines += [_row(spec) for spec in rows]
+        lines += [_row(spec, levels) for spec in rows]
         lines.append("")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from fleetscope.collectors import REGISTRY, CollectorEntry
+from fleetscope.metrics.spec import DETAIL_LEVELS, DetailLevel
 
 ENV_PREFIX = "FLEETSCOPE_"
 # Read by the training-side client (fleetscope.client), not the daemon: a node may export them to
@@ -247,11 +248,17 @@ class LogConfig:
     )
 
 
+def parse_detail(value: Any) -> DetailLevel:
+    text = _choice(value, DETAIL_LEVELS)
+    return "all" if text == "all" else "default"
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     enabled: bool
     interval: float
     timeout: float
+    detail: DetailLevel = "default"  # see fleetscope.detail; only collectors with detail_levels offer a choice
 
 
 SECTIONS: dict[str, type] = {
@@ -337,6 +344,12 @@ def settings_table(registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[st
             f"collector.{name}.timeout", entry.default_timeout, parse_seconds,
             f"Longest a {name} collection may take before it counts as failed.",
         )
+        if entry.detail_levels:
+            out[f"collector.{name}.detail"] = SettingInfo(
+                f"collector.{name}.detail", "default", parse_detail,
+                f"Series the {name} collector exports: default (what every alert and dashboard needs) or all "
+                "(every device, port and link; docs/metrics.md lists both).",
+            )
     return out
 
 
@@ -425,6 +438,7 @@ def load(
             enabled=values.get(f"collector.{name}", entry.default_enabled),
             interval=values.get(f"collector.{name}.interval", entry.default_interval),
             timeout=values.get(f"collector.{name}.timeout", entry.default_timeout),
+            detail=values.get(f"collector.{name}.detail", "default"),
         )
         if settings.timeout > settings.interval * 10:
             raise ConfigError(f"collector.{name}.timeout: {settings.timeout}s is more than 10x its interval")

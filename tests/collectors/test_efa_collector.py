@@ -159,8 +159,9 @@ def test_every_exported_name_is_in_the_table() -> None:
 # -- the collector on fixture trees ------------------------------------------------------------------
 
 
-def test_p5_collector_exports_all_devices_and_nothing_for_mlx5() -> None:
-    registry = registry_of(EfaCollector(config_for("p5", {"efa.expected-count": 32})).collect())
+def test_p5_collector_at_detail_all_exports_every_device_and_nothing_for_mlx5() -> None:
+    settings = {"efa.expected-count": 32, "collector.efa.detail": "all"}
+    registry = registry_of(EfaCollector(config_for("p5", settings)).collect())
     assert registry.get_sample_value("fleetscope_efa_devices") == 32
     assert registry.get_sample_value("fleetscope_efa_expected_devices") == 32
     for name, (port_counters, device_counters) in mk.p5_efa_values().items():
@@ -262,8 +263,34 @@ def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
     assert verdict == EXIT_UNKNOWN
 
 
+def test_p5_collector_at_the_default_level_sums_per_node_and_keeps_admin_failures_per_device() -> None:
+    registry = registry_of(EfaCollector(config_for("p5", {"efa.expected-count": 32})).collect())
+    values = mk.p5_efa_values()
+    assert registry.get_sample_value("fleetscope_efa_devices") == 32
+    for raw in efa.PORT_COUNTERS:
+        total = sum(port[raw] for port, _ in values.values())
+        assert registry.get_sample_value(efa.TABLE[raw].name, {}) == total, raw
+    for name, (_, device_counters) in values.items():
+        for raw in ("cmds_err", "no_completion_cmds"):
+            assert registry.get_sample_value(efa.TABLE[raw].name, {"device": name}) == device_counters[raw]
+    operations = {raw.removesuffix("_err") for _, device in values.values() for raw in device
+                  if raw.endswith("_err") and raw != "cmds_err"}
+    for operation in operations:
+        total = sum(device.get(f"{operation}_err", 0) for _, device in values.values())
+        assert registry.get_sample_value("fleetscope_efa_verbs_errors_total", {"operation": operation}) == total
+    per_device = {sample.name for metric in registry.collect() for sample in metric.samples
+                  if "device" in sample.labels}
+    info_devices = {sample.labels["device"] for metric in registry.collect() for sample in metric.samples
+                    if sample.name == "fleetscope_efa_info"}
+    assert info_devices == set(values)
+    assert per_device == {"fleetscope_efa_info", "fleetscope_efa_admin_command_errors_total",
+                          "fleetscope_efa_admin_commands_no_completion_total"}
+    series = sum(len(metric.samples) for metric in registry.collect())
+    assert series == 32 * 3 + len(efa.PORT_COUNTERS) + 3 + len(operations) + 1 + 2
+
+
 def test_old_driver_exports_no_srd_series_at_all() -> None:
-    metrics = EfaCollector(config_for("old-driver")).collect()
+    metrics = EfaCollector(config_for("old-driver", {"collector.efa.detail": "all"})).collect()
     names = {sample.name for metric in metrics for sample in metric.samples}
     for raw in (
         "retrans_bytes",
@@ -299,7 +326,7 @@ def test_split_layout_is_left_as_read() -> None:
 
 
 def test_flat_layout_exports_each_counter_once_in_its_scope() -> None:
-    registry = registry_of(EfaCollector(config_for("flat")).collect())
+    registry = registry_of(EfaCollector(config_for("flat", {"collector.efa.detail": "all"})).collect())
     flat = mk.flat_values()
     port = {"device": "efa_0", "port": "1"}
     assert registry.get_sample_value("fleetscope_efa_tx_bytes_total", port) == flat["tx_bytes"]

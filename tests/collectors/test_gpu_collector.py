@@ -55,10 +55,11 @@ class Node:
             install(template)
         else:
             uninstall()
-        self.config = load({
+        self.config_flags = {
             "path.sysfs": os.path.join(root, "sys"), "path.procfs": proc, "path.kmsg": self.kmsg,
             "gpu.jobs-dir": os.path.join(root, "jobs"), **(settings or {}),
-        }, environ={})
+        }
+        self.config = load(self.config_flags, environ={})
 
     def append_kmsg(self, text: str) -> None:
         with open(self.kmsg, "a") as handle:
@@ -129,7 +130,7 @@ JOBS_ENV = {4101 + i: {"FLEETSCOPE_JOB": "llama", "SLURM_JOB_ID": "777", "RANK":
 
 
 def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
-    n = node("h100_8x_healthy", environ=JOBS_ENV, settings={"gpu.expected-count": 8},
+    n = node("h100_8x_healthy", environ=JOBS_ENV, settings={"gpu.expected-count": 8, "collector.gpu.detail": "all"},
              kmsg="4,1,5000000,-;NVRM: Xid (PCI:0000:53:00): 13, pid=4101, name=python3, Graphics Exception\n")
     n.fake.gpu(1).set(fan_percent=40)  # a board with a fan, so the fan metric shows too
     daemon = gpu_daemon(n.config)
@@ -178,7 +179,8 @@ def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
     assert value(metrics, "fleetscope_gpu_pci_devices") == 8
     assert value(metrics, "fleetscope_gpu_expected_devices") == 8
     assert value(metrics, "fleetscope_gpu_info", pci_bus_id="00000000:A8:00.0", architecture="hopper",
-                 driver_version="550.90.07", mig_mode="disabled", **g5) == 1
+                 mig_mode="disabled", **g5) == 1
+    assert value(metrics, "fleetscope_gpu_driver_info", driver_version="550.90.07", nvml_version="12.550.90.07") == 1
     assert value(metrics, "fleetscope_gpu_job_info", training_job="llama", rank="13", local_rank="5",
                  slurm_job_id="777", **g5) == 1
     g0 = {"gpu": "0", "uuid": n.fake.gpu(0).uuid}
@@ -190,6 +192,34 @@ def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_detail_folds_links_and_leaves_out_what_another_series_says(node) -> None:
+    n = node("h100_8x_healthy")
+    g2, g5 = n.fake.gpu(2), n.fake.gpu(5)
+    g2.nvlink_up[11] = False
+    g5.nvlink_errors["crc"] = [3] * 9 + [4] * 9
+    g5.nvlink_errors["replay"] = [1] * 18
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    every = GpuCollector(load({**dict(n.config_flags), "collector.gpu.detail": "all"}, environ={}))
+    every_names = {sample.name for family in every.collect() for sample in family.samples}
+    every.close()
+    close(daemon)
+
+    assert value(metrics, "fleetscope_gpu_nvlink_up", gpu="2", uuid=g2.uuid) == 0  # one link down: the GPU's is
+    assert value(metrics, "fleetscope_gpu_nvlink_up", gpu="5", uuid=g5.uuid) == 1
+    assert len(metrics["fleetscope_gpu_nvlink_up"]) == 8  # no link label
+    assert value(metrics, "fleetscope_gpu_nvlink_errors_total", gpu="5", error="crc") == 9 * 3 + 9 * 4
+    assert value(metrics, "fleetscope_gpu_nvlink_errors_total", gpu="5", error="replay") == 18
+    assert all("link" not in dict(key) for key in metrics["fleetscope_gpu_nvlink_errors_total"])
+    assert "fleetscope_gpu_clock_max_hertz" not in metrics and "fleetscope_gpu_clock_max_hertz" in every_names
+    # The 0/1 state only for reasons NVML keeps no time counter for: the rule reads the counter first.
+    timed = {dict(key)["reason"] for key in metrics["fleetscope_gpu_throttle_seconds_total"]}
+    sampled = {dict(key)["reason"] for key in metrics["fleetscope_gpu_throttle_active"]}
+    assert timed and sampled and not timed & sampled and "hw_slowdown" in sampled
+    assert value(metrics, "fleetscope_gpu_throttle_active", gpu="5", reason="hw_slowdown") == 0
 
 
 def test_expected_devices_absent_unless_configured(node) -> None:
@@ -244,7 +274,7 @@ def test_lost_gpu_is_retried_and_comes_back(node) -> None:
 
 
 def test_older_driver_still_reports(node) -> None:
-    n = node("older_driver")
+    n = node("older_driver", settings={"collector.gpu.detail": "all"})
     collector = GpuCollector(n.config)
     families = {f.name: f for f in collector.collect()}
     collector.close()
@@ -256,7 +286,7 @@ def test_older_driver_still_reports(node) -> None:
     assert throttle[("0", "sw_power_cap")] == 1 and len(throttle) == 8 * 9
     assert len(families["fleetscope_gpu_processes"].samples) == 8
     assert "fleetscope_gpu_memory_reserved_bytes" not in families  # v1 memory info has no reserved
-    info = families["fleetscope_gpu"].samples[0].labels  # an info family is named without _info
+    info = families["fleetscope_gpu_driver"].samples[0].labels  # an info family is named without _info
     assert info["driver_version"] == "525.147.05"
 
 
@@ -437,4 +467,4 @@ def test_every_value_the_nvml_reader_names_has_a_metric() -> None:
     from fleetscope.metrics import gpu
     from fleetscope.sources.nvml import NvmlValue
 
-    assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {"info", "lost", "nvml_devices"}
+    assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {"info", "driver_info", "lost", "nvml_devices"}

@@ -30,10 +30,11 @@ class CollectorEntry:
     default_timeout: float = 10.0
     live: bool = False
     pausable: bool = True
+    detail_levels: bool = False  # its tables export fewer series at `default` than at `all`
 
 
 REGISTRY: dict[str, CollectorEntry] = {
-    "efa": CollectorEntry("fleetscope.collectors.efa:EfaCollector", "EFA devices from sysfs"),
+    "efa": CollectorEntry("fleetscope.collectors.efa:EfaCollector", "EFA devices from sysfs", detail_levels=True),
     "netdev": CollectorEntry("fleetscope.collectors.netdev:NetdevCollector", "network interfaces from sysfs"),
     "netstat": CollectorEntry("fleetscope.collectors.netstat:NetstatCollector", "TCP/IP counters from procfs"),
     "ena": CollectorEntry("fleetscope.collectors.ena:EnaCollector", "ENA ethtool statistics via ioctl"),
@@ -41,6 +42,7 @@ REGISTRY: dict[str, CollectorEntry] = {
         "fleetscope.collectors.gpu:GpuCollector", "NVIDIA GPUs via NVML and the kernel log",
         default_interval=10.0, default_timeout=8.0,
         pausable=False,  # it follows the kernel log: a paused reader could miss Xids the ring buffer overwrote
+        detail_levels=True,
     ),
     "nccl": CollectorEntry(
         "fleetscope.collectors.nccl:NcclCollector", "NCCL Inspector plugin output of the node's ranks",

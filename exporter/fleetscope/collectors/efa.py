@@ -14,8 +14,8 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
+from fleetscope.detail import Detail
 from fleetscope.errors import NoHardware
-from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.metrics import efa
 from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
@@ -58,9 +58,9 @@ def _in_table_order(values: Mapping[str, int]) -> list[tuple[str, int]]:
     return sorted(values.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
 
 
-def efa_families(reading: EfaReading, expected_count: int = 0) -> list[Metric]:
-    """Map one reading to metric families (pure: no file access)."""
-    builder = FamilyBuilder()
+def efa_families(reading: EfaReading, expected_count: int = 0, detail: Detail | None = None) -> list[Metric]:
+    """Map one reading to metric families (no file access); every series unless ``detail`` says less."""
+    builder = (detail or Detail("all")).builder()
     builder.add(efa.DEVICES, (), len(reading.devices))
     if expected_count:
         builder.add(efa.EXPECTED_DEVICES, (), expected_count)
@@ -148,13 +148,14 @@ class EfaCollector(Collector, HealthCheck):
     def __init__(self, config: Config) -> None:
         self.sysfs = Root(config.path.sysfs)
         self.expected_count = config.efa.expected_count
+        self.detail = Detail(config.collector(self.name).detail)
 
     def collect(self) -> list[Metric]:
         reading = read_efa(self.sysfs)
         if not reading.devices and not self.expected_count:
             # with an expected count, zero devices is a finding to export, not an absence
             raise NoHardware(f"no EFA devices among {reading.rdma_devices} RDMA devices")
-        return efa_families(reading, self.expected_count)
+        return efa_families(reading, self.expected_count, self.detail)
 
     def health(self) -> list[Finding]:
         return efa_findings(read_efa(self.sysfs), self.expected_count)

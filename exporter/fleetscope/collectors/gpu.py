@@ -20,6 +20,7 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
+from fleetscope.detail import Detail
 from fleetscope.errors import NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
@@ -65,6 +66,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         self._kmsg_failed = False
         self._kmsg_uuids: dict[PciAddress, str] = {}
         self._lock = threading.Lock()
+        self.detail = Detail(config.collector(self.name).detail)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -140,12 +142,14 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         snapshot = self.snapshot()
         if snapshot.nvml is None and not snapshot.pci_gpus:
             raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
-        builder = FamilyBuilder()
+        builder = self.detail.builder()
         nvml = snapshot.nvml
         if nvml is not None:
             builder.add(gpu.NVML_DEVICES, (), nvml.device_count)
+            builder.add_info(gpu.DRIVER_INFO, (), {
+                "driver_version": nvml.driver_version, "nvml_version": nvml.nvml_version})
             for sample in nvml.samples:
-                self._add_identity(builder, sample.identity, nvml)
+                self._add_identity(builder, sample.identity)
                 labels = (str(sample.identity.index), sample.identity.uuid)
                 builder.add(gpu.LOST, labels, 0)
                 for key, value in sample.scalars.items():
@@ -155,7 +159,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                         builder.add(gpu.NVML_TABLE[key], labels + extra, value)
             for lost in nvml.lost:
                 identity = self._lost_identity(lost, snapshot)
-                self._add_identity(builder, identity, nvml)
+                self._add_identity(builder, identity)
                 builder.add(gpu.LOST, (str(identity.index), identity.uuid), 1)
         builder.add(gpu.PCI_DEVICES, (), len(snapshot.pci_gpus))
         if self.config.gpu.expected_count > 0:
@@ -172,11 +176,11 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         return builder.families()
 
     @staticmethod
-    def _add_identity(builder: FamilyBuilder, identity: GpuIdentity, nvml: NvmlReading) -> None:
+    def _add_identity(builder: FamilyBuilder, identity: GpuIdentity) -> None:
         builder.add_info(gpu.INFO, (str(identity.index), identity.uuid), {
             "name": identity.name, "serial": identity.serial, "pci_bus_id": identity.pci_bus_id,
-            "vbios_version": identity.vbios_version, "driver_version": nvml.driver_version,
-            "nvml_version": nvml.nvml_version, "mig_mode": identity.mig_mode, "architecture": identity.architecture,
+            "vbios_version": identity.vbios_version, "mig_mode": identity.mig_mode,
+            "architecture": identity.architecture,
         })
 
     # -- health ------------------------------------------------------------------------------------

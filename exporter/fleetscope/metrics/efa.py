@@ -7,19 +7,26 @@ exported under :data:`PORT_HW_STAT_TOTAL` or :data:`DEVICE_HW_STAT_TOTAL`.
 
 from __future__ import annotations
 
-from fleetscope.metrics.spec import MetricSpec, table
+from fleetscope.metrics.spec import AtDefault, MetricSpec, table
 
 PREFIX = "fleetscope_efa_"
 _PORT = ("device", "port")
 _DEVICE = ("device",)
 
+# At the default detail level a node's 32 EFA devices (p5) are one: an EC2 instance's EFA devices are not
+# replaced one by one, the alerts and the straggler cause name the node, and the fabric dashboards sum per
+# node. Admin-queue failures, which say one device is broken, stay per device.
+PER_NODE = AtDefault((), why="alerts and fabric dashboards read the node")
+
 
 def _port(raw: str, name: str, help: str, unit: str = "") -> MetricSpec:
-    return MetricSpec(name, "counter", help, _PORT, unit=unit, raw=f"ports/<n>/hw_counters/{raw}")
+    return MetricSpec(name, "counter", help, _PORT, unit=unit, raw=f"ports/<n>/hw_counters/{raw}",
+                      at_default=PER_NODE)
 
 
-def _device(raw: str, name: str, help: str) -> MetricSpec:
-    return MetricSpec(name, "counter", help, _DEVICE, raw=f"hw_counters/{raw}")
+def _device(raw: str, name: str, help: str, per_device: bool = False) -> MetricSpec:
+    return MetricSpec(name, "counter", help, _DEVICE, raw=f"hw_counters/{raw}",
+                      at_default=None if per_device else PER_NODE)
 
 
 def _file(spec: MetricSpec) -> tuple[str, MetricSpec]:
@@ -81,10 +88,10 @@ ADMIN_COMMANDS_COMPLETED_TOTAL = _device(
     "completed_cmds", "fleetscope_efa_admin_commands_completed_total",
     "Admin-queue commands the device completed.")
 ADMIN_COMMAND_ERRORS_TOTAL = _device(
-    "cmds_err", "fleetscope_efa_admin_command_errors_total", "Admin-queue commands that failed.")
+    "cmds_err", "fleetscope_efa_admin_command_errors_total", "Admin-queue commands that failed.", per_device=True)
 ADMIN_COMMANDS_NO_COMPLETION_TOTAL = _device(
     "no_completion_cmds", "fleetscope_efa_admin_commands_no_completion_total",
-    "Admin-queue commands that never completed (device or admin-queue trouble).")
+    "Admin-queue commands that never completed (device or admin-queue trouble).", per_device=True)
 KEEP_ALIVE_EVENTS_TOTAL = _device(
     "keep_alive_rcvd", "fleetscope_efa_keep_alive_events_total",
     "Keep-alive events received from the device (should keep growing).")
@@ -95,16 +102,19 @@ VERBS_OPERATIONS = (
 VERBS_ERRORS_TOTAL = MetricSpec(
     "fleetscope_efa_verbs_errors_total", "counter",
     "Failed verbs calls on the device, by operation (alloc_pd, create_qp, create_cq, reg_mr, ...).",
-    ("device", "operation"), raw="hw_counters/<operation>_err")
+    ("device", "operation"), raw="hw_counters/<operation>_err",
+    at_default=AtDefault(("operation",), why="alerts and fabric dashboards read the node"))
 
 PORT_HW_STAT_TOTAL = MetricSpec(
     "fleetscope_efa_port_hw_stat_total", "counter",
     "A port counter this fleetscope version has no curated name for, by its sysfs file name.",
-    ("device", "port", "counter"), raw="ports/<n>/hw_counters/<counter>")
+    ("device", "port", "counter"), raw="ports/<n>/hw_counters/<counter>",
+    at_default=AtDefault(("counter",), why="alerts and fabric dashboards read the node"))
 DEVICE_HW_STAT_TOTAL = MetricSpec(
     "fleetscope_efa_device_hw_stat_total", "counter",
     "A device counter this fleetscope version has no curated name for, by its sysfs file name.",
-    ("device", "counter"), raw="hw_counters/<counter>")
+    ("device", "counter"), raw="hw_counters/<counter>",
+    at_default=AtDefault(("counter",), why="alerts and fabric dashboards read the node"))
 DEVICES = MetricSpec(
     "fleetscope_efa_devices", "gauge", "EFA devices found on the node (RDMA devices with PCI vendor 0x1d0f).",
     raw="class/infiniband/*/device/vendor")
@@ -116,7 +126,8 @@ INFO = MetricSpec(
     info_keys=("pci_address", "pci_device_id", "numa_node", "node_guid", "fw_version", "link_layer"))
 PORT_RATE_BYTES_PER_SECOND = MetricSpec(
     "fleetscope_efa_port_rate_bytes_per_second", "gauge", "Link rate the port reports.", _PORT,
-    unit="bytes/second", raw="ports/<n>/rate")
+    unit="bytes/second", raw="ports/<n>/rate",
+    at_default=AtDefault((), "sum", why="the node's EFA bandwidth"))
 
 _PORT_COUNTERS = (
     TX_BYTES_TOTAL, TX_PACKETS_TOTAL, RX_BYTES_TOTAL, RX_PACKETS_TOTAL, RX_DROPS_TOTAL,

@@ -8,26 +8,29 @@ units (percent, mW, mJ, MHz, ns, KB/s) into base units.
 
 from __future__ import annotations
 
-from fleetscope.metrics.spec import MetricKind, MetricSpec, table
+from fleetscope.metrics.spec import AtDefault, MetricKind, MetricSpec, table
 
 PREFIX = "fleetscope_gpu_"
 _GPU = ("gpu", "uuid")
 
 
 def _g(
-    name: str, help: str, raw: str, unit: str = "", scale: float = 1.0, labels: tuple[str, ...] = ()
+    name: str, help: str, raw: str, unit: str = "", scale: float = 1.0, labels: tuple[str, ...] = (),
+    at_default: AtDefault | None = None,
 ) -> MetricSpec:
     kind: MetricKind = "counter" if name.endswith("_total") else "gauge"
-    return MetricSpec(name, kind, help, _GPU + labels, unit=unit, raw=raw, scale=scale)
+    return MetricSpec(name, kind, help, _GPU + labels, unit=unit, raw=raw, scale=scale, at_default=at_default)
 
 
 # -- NVML -------------------------------------------------------------------------------------------
 
 INFO = MetricSpec(
-    "fleetscope_gpu_info", "info", "Static facts of the GPU, the driver and NVML.", _GPU,
-    raw="nvmlDeviceGetName/Serial/PciInfo/VbiosVersion/MigMode/Architecture, nvmlSystemGetDriverVersion",
-    info_keys=("name", "serial", "pci_bus_id", "vbios_version", "driver_version", "nvml_version", "mig_mode",
-               "architecture"))
+    "fleetscope_gpu_info", "info", "Static facts of the GPU (the node's driver: fleetscope_gpu_driver_info).", _GPU,
+    raw="nvmlDeviceGetName/Serial/PciInfo/VbiosVersion/MigMode/Architecture",
+    info_keys=("name", "serial", "pci_bus_id", "vbios_version", "mig_mode", "architecture"))
+DRIVER_INFO = MetricSpec(
+    "fleetscope_gpu_driver_info", "info", "The node's NVIDIA driver and NVML versions.",
+    raw="nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion", info_keys=("driver_version", "nvml_version"))
 UTILIZATION_RATIO = _g(
     "fleetscope_gpu_utilization_ratio",
     "Share of the last sample period in which a kernel ran (not supported with MIG).",
@@ -72,10 +75,14 @@ CLOCK_HERTZ = _g(
     "nvmlDeviceGetClockInfo", "hertz", 1e6, ("clock",))
 CLOCK_MAX_HERTZ = _g(
     "fleetscope_gpu_clock_max_hertz", "Maximum clock (clock = sm, memory, graphics).",
-    "nvmlDeviceGetMaxClockInfo", "hertz", 1e6, ("clock",))
+    "nvmlDeviceGetMaxClockInfo", "hertz", 1e6, ("clock",),
+    AtDefault(None, why="a constant of the GPU model"))
 THROTTLE_ACTIVE = _g(
     "fleetscope_gpu_throttle_active", "1 if this clocks-event (throttle) reason is active now, else 0.",
-    "nvmlDeviceGetCurrentClocksEventReasons", labels=("reason",))
+    "nvmlDeviceGetCurrentClocksEventReasons", labels=("reason",),
+    at_default=AtDefault(
+        (*_GPU, "reason"), unless="fleetscope_gpu_throttle_seconds_total",
+        why="a sampled state: the reasons NVML counts time for are read from their time counter"))
 THROTTLE_SECONDS_TOTAL = _g(
     "fleetscope_gpu_throttle_seconds_total",
     "Cumulative time the clocks were held down for this reason "
@@ -114,12 +121,15 @@ PCIE_THROUGHPUT_BYTES_PER_SECOND = _g(
     "fleetscope_gpu_pcie_throughput_bytes_per_second",
     "PCIe throughput over NVML's last 20 ms window (direction = tx, rx).",
     "nvmlDeviceGetPcieThroughput (KB/s)", "bytes", 1024.0, ("direction",))
+# A GPU with a bad link is reset or replaced as a whole, so at the default level its 18 links (H100) are one.
 NVLINK_UP = _g(
     "fleetscope_gpu_nvlink_up", "1 if the NVLink link is active, 0 if it is down.",
-    "NVML_FI_DEV_NVLINK_GET_STATE", labels=("link",))
+    "NVML_FI_DEV_NVLINK_GET_STATE", labels=("link",),
+    at_default=AtDefault(_GPU, "min", why="0 when any of the GPU's links is down"))
 NVLINK_ERRORS_TOTAL = _g(
     "fleetscope_gpu_nvlink_errors_total", "NVLink data-link errors per link (error = replay, recovery, crc).",
-    "NVML_FI_DEV_NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC}", labels=("link", "error"))
+    "NVML_FI_DEV_NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC}", labels=("link", "error"),
+    at_default=AtDefault((*_GPU, "error"), why="a GPU with a bad link is reset or replaced as a whole"))
 PERFORMANCE_STATE = _g(
     "fleetscope_gpu_performance_state", "Performance state (0 = P0, fastest ... 15).",
     "nvmlDeviceGetPerformanceState")
@@ -158,6 +168,7 @@ NVML_TABLE = table(
     "Per-GPU telemetry and health from NVML (nvidia-ml-py), labelled gpu (NVML index) and uuid, in base units.",
     [
         ("info", INFO),
+        ("driver_info", DRIVER_INFO),
         ("utilization", UTILIZATION_RATIO),
         ("memory_utilization", MEMORY_UTILIZATION_RATIO),
         ("memory_used", MEMORY_USED_BYTES),

@@ -14,6 +14,8 @@ from fleetscope.signals import (
 )
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
+# Per link at --collector.gpu.detail=all; the GPU's links together at the default level.
+NVLINK = "{{ with $labels.link }}NVLink {{ . }}{{ else }}NVLink (one or more links){{ end }}"
 
 # NVIDIA Xid catalog immediate-action classes (matched case-insensitively). Classes not
 # listed here and not harmless (IGNORE, WORKFLOW_XID_45: a secondary report) need inspection.
@@ -175,14 +177,14 @@ def alert_rules(s: Settings) -> Group:
             f"rate({sel(s, gpu_metrics.NVLINK_ERRORS_TOTAL)}[{w}]) > {num(s.nvlink_errors_per_second)}",
             "warning",
             "A GPU's NVLink reports errors.",
-            f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} counts {{{{ printf \"%.2f\" $value }}}} "
+            f"{GPU_LABELS} {NVLINK} counts {{{{ printf \"%.2f\" $value }}}} "
             "{{ $labels.error }} errors per second.",
             s.nvlink_for,
         ),
         Alert(
             "GpuNvlinkDown", f"{sel(s, gpu_metrics.NVLINK_UP)} == 0", "critical",
             "An NVLink of a GPU is down.",
-            f"{GPU_LABELS} NVLink {{{{ $labels.link }}}} is down.",
+            f"{GPU_LABELS} {NVLINK} is down.",
             s.nvlink_down_for,
         ),
         Alert(

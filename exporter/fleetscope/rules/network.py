@@ -11,7 +11,10 @@ from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import EFA_RATE_COUNTERS, TCP_RETRANSMIT_RATIO, efa_rate, indent, interface_ratio
 
-EFA_PORT = "EFA {{ $labels.device }} port {{ $labels.port }} on {{ $labels.instance }}"
+# Per device and port at --collector.efa.detail=all; the node's devices summed at the default level.
+EFA_PORT = (
+    "{{ with $labels.device }}EFA {{ . }} port {{ $labels.port }}{{ else }}EFA{{ end }} on {{ $labels.instance }}"
+)
 ENA_ALLOWANCES = ("bw_in", "bw_out", "pps", "conntrack", "linklocal")
 
 

@@ -139,6 +139,8 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
     node, job_name = fault.node or "", fault.job or ""
     on_gpu: dict[str, str | tuple[str, ...]] = {"instance": node, "gpu": str(fault.gpu)}
     on_device: dict[str, str | tuple[str, ...]] = {"instance": node, "device": fault.device or ""}
+    # EFA counters are summed per node at the daemon's default detail level: the alerts name the node
+    on_efa: dict[str, str | tuple[str, ...]] = {"instance": node}
     kind = fault.kind
     if kind in ("thermal_throttle", "hw_slowdown"):
         gpu_alerts = (AlertPattern("GpuTemperatureNearSlowdown", on_gpu), AlertPattern("GpuSmClockBelowPeers", on_gpu))
@@ -166,10 +168,9 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
     simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
         "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
         "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
-        "efa_retransmits": ("EfaRetransmitTimeouts", on_device, ()),
-        "efa_impaired": ("EfaImpairedRemoteConnections", on_device,
-                         (AlertPattern("EfaUnresponsiveRemote", on_device),)),
-        "efa_rx_drops": ("EfaRxDrops", on_device, ()),
+        "efa_retransmits": ("EfaRetransmitTimeouts", on_efa, ()),
+        "efa_impaired": ("EfaImpairedRemoteConnections", on_efa, (AlertPattern("EfaUnresponsiveRemote", on_efa),)),
+        "efa_rx_drops": ("EfaRxDrops", on_efa, ()),
         "efa_device_missing": ("EfaDevicesMissing", {"instance": node}, ()),
         "ena_pps_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": "pps"}, ()),
         "ena_bw_exceeded": ("EnaAllowanceExceeded", {**on_device, "allowance": ("bw_in", "bw_out")}, ()),
