@@ -107,3 +107,16 @@ def test_rules_command_prints_and_checks(tmp_path, capsys) -> None:  # type: ign
     assert main(["--check", str(tmp_path)]) == 1
     assert main(["--write", str(tmp_path)]) == 0
     assert main(["--check", str(tmp_path)]) == 0
+
+
+def test_keep_firing_for_can_be_left_out_for_older_rulers(capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetscope.rules.cli import main
+
+    assert main(["--keep-firing-for", ""]) == 0
+    groups = yaml.safe_load(capsys.readouterr().out)["groups"]
+    alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    assert alerts and not any("keep_firing_for" in rule for rule in alerts)
+    assert main([]) == 0
+    groups = yaml.safe_load(capsys.readouterr().out)["groups"]
+    assert all(rule["keep_firing_for"] == PRODUCTION.keep_firing_for for g in groups for rule in g["rules"]
+               if "alert" in rule)

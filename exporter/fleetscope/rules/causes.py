@@ -10,7 +10,7 @@ and "unknown" is said out loud rather than guessed.
 from __future__ import annotations
 
 from fleetscope.metrics import efa, ena, gpu, training
-from fleetscope.rules.model import Group, Record, num, sel
+from fleetscope.rules.model import Group, Record, held, new_or_increased, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import (
     GPU_BUSY,
@@ -57,7 +57,7 @@ def evidence(s: Settings) -> str:
     """Per GPU (gpu_xid, gpu_throttled) and per node (network) evidence, value 1."""
     xid = sel(s, gpu.XID_ERRORS_TOTAL)
     cw = s.cause_xid_window
-    xid_recent = f"max by (instance, gpu) (\n  increase({xid}[{cw}]) > 0\n  or\n  ({xid} unless {xid} offset {cw})\n)"
+    xid_recent = f"max by (instance, gpu) (\n  {indent(new_or_increased(s, xid, cw))}\n)"
     throttled = (
         f"max by (instance, gpu) ({GPU_THROTTLE_SHARE}{{reason=~\"{SLOWDOWN_REASONS}\"}})"
         f" > {num(s.cause_throttle_share)}\n"
@@ -102,7 +102,7 @@ def verdict(s: Settings) -> str:
 def recording_rules(s: Settings) -> Group:
     rank_busy = (
         f"max by (cluster, instance, training_job, rank, pp_stage, gpu) (\n"
-        f"  {sel(s, training.RANK_INFO)}\n"
+        f"  {held(s, training.RANK_INFO)}\n"
         f"    * on (instance, gpu) group_left ()\n"
         f"  {GPU_BUSY}\n"
         f")"

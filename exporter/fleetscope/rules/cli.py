@@ -20,6 +20,9 @@ def register(subparsers: Any) -> None:
                         help="Plain Prometheus rule file or Kubernetes PrometheusRule.")
     parser.add_argument("--selector", default=None,
                         help='Label matchers selecting fleetscope targets (default: job="fleetscope").')
+    parser.add_argument("--keep-firing-for", metavar="DURATION", default=None,
+                        help='keep_firing_for of every alert (default 2m); "" leaves the field out, for '
+                             "rulers older than Prometheus 2.42.")
     parser.add_argument("--write", metavar="DIR", type=Path, default=None,
                         help=f"Write the committed files ({', '.join(OUTPUTS)}) into DIR.")
     parser.add_argument("--check", metavar="DIR", type=Path, default=None,
@@ -42,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if args.selector is not None:
         settings = dataclasses.replace(settings, selector=args.selector)
         name += " with custom selector"
+    if args.keep_firing_for is not None:
+        settings = dataclasses.replace(settings, keep_firing_for=args.keep_firing_for)
+        name += f" with keep_firing_for {args.keep_firing_for!r}"
     sys.stdout.write(render(settings, args.format, name))
     return 0
 

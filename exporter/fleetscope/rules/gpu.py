@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetscope.metrics import gpu as gpu_metrics
-from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.model import Alert, Group, Record, held, new_or_increased, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import (
     GPU_BUSY,
@@ -33,7 +33,7 @@ HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
 
 
 def recording_rules(s: Settings) -> Group:
-    sm_clock = sel(s, gpu_metrics.CLOCK_HERTZ, 'clock="sm"')
+    sm_clock = held(s, gpu_metrics.CLOCK_HERTZ, 'clock="sm"')
     return Group("fleetscope-gpu.rules", (
         # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
         # for the others the sampled 0/1 state stands in.
@@ -43,7 +43,7 @@ def recording_rules(s: Settings) -> Group:
             f"avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE)}[{s.rate_window}])"
         )),
         Record(GPU_CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
-        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({sel(s, gpu_metrics.UTILIZATION_RATIO)})"),
+        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({held(s, gpu_metrics.UTILIZATION_RATIO)})"),
         # SM activity (GPM, Hopper+) says whether kernels keep the SMs busy; utilization only that one ran.
         Record(GPU_BUSY, (
             f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{s.rate_window}])\n"
@@ -51,11 +51,6 @@ def recording_rules(s: Settings) -> Group:
             f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{s.rate_window}])"
         )),
     ))
-
-
-def new_or_increased(counter: str, window: str) -> str:
-    """Counter grew within ``window``, or the series is new (a first Xid creates its series at 1)."""
-    return f"increase({counter}[{window}]) > 0\nor\n({counter} unless {counter} offset {window})"
 
 
 def alert_rules(s: Settings) -> Group:
@@ -66,26 +61,26 @@ def alert_rules(s: Settings) -> Group:
         known.append(actions)
         xid = sel(s, gpu_metrics.XID_ERRORS_TOTAL, f'action=~"(?i)({actions})"')
         alerts.append(Alert(
-            name, new_or_increased(xid, s.xid_window), severity,  # type: ignore[arg-type]
+            name, new_or_increased(s, xid, s.xid_window), severity,  # type: ignore[arg-type]
             "A GPU reported an Xid whose catalog action is " + actions.split("|")[0] + ".",
             f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
             f"{s.xid_window}. {advice}",
         ))
     inspect = sel(s, gpu_metrics.XID_ERRORS_TOTAL, f'action!~"(?i)({"|".join(known)})"')
     alerts.append(Alert(
-        "GpuXidNeedsInspection", new_or_increased(inspect, s.xid_window), "critical",
+        "GpuXidNeedsInspection", new_or_increased(s, inspect, s.xid_window), "critical",
         "A GPU reported an Xid that needs hardware inspection or a vendor case.",
         f"{GPU_LABELS} reported Xid {{{{ $labels.xid }}}} (action {{{{ $labels.action }}}}) within the last "
         f"{s.xid_window}. Drain the node and follow the catalog action (mechanics, firmware, UVM or support).",
     ))
     nvml, pci, expected = (
-        sel(s, spec) for spec in (gpu_metrics.NVML_DEVICES, gpu_metrics.PCI_DEVICES, gpu_metrics.EXPECTED_DEVICES))
+        held(s, spec) for spec in (gpu_metrics.NVML_DEVICES, gpu_metrics.PCI_DEVICES, gpu_metrics.EXPECTED_DEVICES))
     node_pci = sel(s, gpu_metrics.PCI_DEVICES, 'instance="%s"')
     node_expected = sel(s, gpu_metrics.EXPECTED_DEVICES, 'instance="%s"')
     uncorrected = sel(s, gpu_metrics.ECC_ERRORS_TOTAL, 'error_type="uncorrected", counter_type="volatile"')
     alerts += [
         Alert(
-            "GpuLost", f"{sel(s, gpu_metrics.LOST)} == 1", "critical",
+            "GpuLost", f"{held(s, gpu_metrics.LOST)} == 1", "critical",
             "NVML lost a GPU.",
             f"{GPU_LABELS} is lost to NVML (fallen off the bus or not responding). Drain and reboot the node.",
             s.gpu_state_for,
@@ -101,7 +96,7 @@ def alert_rules(s: Settings) -> Group:
             s.gpu_state_for,
         ),
         Alert(
-            "GpuRecoveryActionRequired", f"{sel(s, gpu_metrics.RECOVERY_ACTION)} > 0", "critical",
+            "GpuRecoveryActionRequired", f"{held(s, gpu_metrics.RECOVERY_ACTION)} > 0", "critical",
             "The driver asks for a recovery action on a GPU.",
             f"{GPU_LABELS} reports recovery action {{{{ $value }}}} "
             "(1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
@@ -115,12 +110,12 @@ def alert_rules(s: Settings) -> Group:
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
         Alert(
-            "GpuRowRemapFailed", f"{sel(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
+            "GpuRowRemapFailed", f"{held(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
             "A GPU failed to remap a memory row.",
             f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
         ),
         Alert(
-            "GpuRowRemapPending", f"{sel(s, gpu_metrics.ROW_REMAP_PENDING)} == 1", "warning",
+            "GpuRowRemapPending", f"{held(s, gpu_metrics.ROW_REMAP_PENDING)} == 1", "warning",
             "A GPU has a row remap pending until it is reset.",
             f"{GPU_LABELS} has a pending row remap; it takes effect at the next GPU reset.",
             s.gpu_state_for,
@@ -153,9 +148,9 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "GpuTemperatureNearSlowdown",
             (
-                f"{sel(s, gpu_metrics.TEMPERATURE_CELSIUS)}\n"
+                f"{held(s, gpu_metrics.TEMPERATURE_CELSIUS)}\n"
                 f"  >=\n"
-                f"{sel(s, gpu_metrics.SLOWDOWN_TEMPERATURE_CELSIUS)} - {num(s.temperature_margin_celsius)}"
+                f"{held(s, gpu_metrics.SLOWDOWN_TEMPERATURE_CELSIUS)} - {num(s.temperature_margin_celsius)}"
             ),
             "warning",
             "A GPU runs close to its slowdown temperature.",
@@ -182,7 +177,7 @@ def alert_rules(s: Settings) -> Group:
             s.nvlink_for,
         ),
         Alert(
-            "GpuNvlinkDown", f"{sel(s, gpu_metrics.NVLINK_UP)} == 0", "critical",
+            "GpuNvlinkDown", f"{held(s, gpu_metrics.NVLINK_UP)} == 0", "critical",
             "An NVLink of a GPU is down.",
             f"{GPU_LABELS} {NVLINK} is down.",
             s.nvlink_down_for,
@@ -192,7 +187,7 @@ def alert_rules(s: Settings) -> Group:
             (
                 f"{GPU_CLOCK_RATIO} < {num(s.clock_peer_ratio)}\n"
                 f"and on (instance, gpu)\n"
-                f"{sel(s, gpu_metrics.UTILIZATION_RATIO)} > {num(s.clock_busy_ratio)}"
+                f"{held(s, gpu_metrics.UTILIZATION_RATIO)} > {num(s.clock_busy_ratio)}"
             ),
             "warning",
             "A busy GPU's SM clock sits well below its peers on the node.",

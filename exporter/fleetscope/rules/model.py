@@ -55,6 +55,31 @@ def sel(settings: Settings, metric: MetricSpec | str, matchers: str = "") -> str
     return f"{name}{{{inner}}}"
 
 
+def held(settings: Settings, metric: MetricSpec | str, matchers: str = "") -> str:
+    """A raw series read at an instant, held over ``scrape_gap_window``.
+
+    A failed scrape marks every series of its target stale, so a bare selector returns nothing until the
+    next good scrape: a pending ``for:`` would start again and a firing alert resolve (and re-fire). The
+    latest sample within the window bridges one missed scrape; a series really gone ends a window later.
+    """
+    return f"last_over_time({sel(settings, metric, matchers)}[{settings.scrape_gap_window}])"
+
+
+def new_or_increased(settings: Settings, counter: str, window: str) -> str:
+    """The counter grew within ``window``, or its series is new (a first Xid creates its series at 1).
+
+    New: present now (held over a missed scrape) and without a sample in the window before. Not
+    ``counter unless counter offset window``, whose instant look-up lands in any scrape gap ``window``
+    later and calls every old series new again.
+    """
+    return (
+        f"increase({counter}[{window}]) > 0\n"
+        f"or\n"
+        f"(\n  last_over_time({counter}[{settings.scrape_gap_window}])\n    unless\n"
+        f"  last_over_time({counter}[{window}] offset {window})\n)"
+    )
+
+
 def num(value: float) -> str:
     """A threshold as PromQL text, without float noise (1.3333333333 -> 1.333)."""
     return f"{value:.4g}"

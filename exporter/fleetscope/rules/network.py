@@ -7,7 +7,7 @@ growth (drops, retransmit timeouts, remote events, work-request errors).
 from __future__ import annotations
 
 from fleetscope.metrics import efa, netstat
-from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.model import Alert, Group, Record, held, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import EFA_RATE_COUNTERS, TCP_RETRANSMIT_RATIO, efa_rate, indent, interface_ratio
 
@@ -78,7 +78,7 @@ def alert_rules(s: Settings) -> Group:
     alerts = [
         Alert(
             "EfaDevicesMissing",
-            f"{sel(s, efa.DEVICES)} < {sel(s, efa.EXPECTED_DEVICES)}",
+            f"{held(s, efa.DEVICES)} < {held(s, efa.EXPECTED_DEVICES)}",
             "critical",
             "A node has fewer EFA devices than expected.",
             "{{ $labels.instance }} has {{ $value }} EFA devices"

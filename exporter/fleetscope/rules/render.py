@@ -56,6 +56,8 @@ def rule_dict(rule: Rule, settings: Settings) -> dict[str, Any]:
     out = {"alert": rule.alert, "expr": rule.expr}
     if rule.for_:
         out["for"] = rule.for_
+    if settings.keep_firing_for:
+        out["keep_firing_for"] = settings.keep_firing_for
     out["labels"] = {"severity": rule.severity, **rule.labels}
     out["annotations"] = {
         "summary": rule.summary,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetscope.metrics import engine, push
-from fleetscope.rules.model import Alert, Group, num, sel
+from fleetscope.rules.model import Alert, Group, held, num, sel
 from fleetscope.rules.settings import Settings
 
 
@@ -19,9 +19,9 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "FleetscopeCollectorFailing",
             (
-                f"{sel(s, engine.COLLECTOR_SUCCESS)} == 0\n"
+                f"{held(s, engine.COLLECTOR_SUCCESS)} == 0\n"
                 f"and on (instance, job, collector)\n"
-                f"{sel(s, engine.COLLECTOR_HARDWARE_PRESENT)} == 1"
+                f"{held(s, engine.COLLECTOR_HARDWARE_PRESENT)} == 1"
             ),
             "warning",
             "A fleetscope collector fails although its hardware is present.",

@@ -37,6 +37,12 @@ class Settings:
     # Evaluation interval of the training groups (stragglers, their cause, the training alerts), whatever the
     # global one: the straggler rule's time to detect is measured at it (docs/runbooks.md). Empty: global.
     training_evaluation_interval: str = "30s"
+    # A failed scrape marks all of its target's series stale. Raw series read at an instant are held this
+    # long (last_over_time) so one missed scrape at scrape intervals up to 60s neither restarts a pending
+    # for: nor resolves an alert; and every alert keeps firing keep_firing_for after its condition last held
+    # (Prometheus 2.42+, prometheus-operator 0.65+; empty leaves the field out for older rulers).
+    scrape_gap_window: str = "2m"
+    keep_firing_for: str = "2m"
 
     # Training stragglers. A rank's rolling-median compute time over its pipeline stage's median (the
     # instant ratio) is smoothed by its median over straggler_window; a rank is flagged when that
@@ -168,6 +174,8 @@ E2E = dataclasses.replace(
     PRODUCTION,
     evaluation_interval="5s",
     training_evaluation_interval="5s",
+    scrape_gap_window="15s",
+    keep_firing_for="15s",
     rate_window="1m",
     straggler_window="1m",
     straggler_for="30s",

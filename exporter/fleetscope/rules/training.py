@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from fleetscope import signals
 from fleetscope.metrics import training
-from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.model import Alert, Group, Record, held, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import (
     GPU_BUSY,
@@ -48,7 +48,7 @@ RANK_LABELS = (
 
 
 def with_gpu(s: Settings, expr: str) -> str:
-    return signals.with_gpu(expr, sel(s, training.RANK_INFO))
+    return signals.with_gpu(expr, held(s, training.RANK_INFO))
 
 
 def straggler_threshold(s: Settings) -> str:
@@ -76,7 +76,7 @@ def straggler_threshold(s: Settings) -> str:
 
 def recording_rules(s: Settings) -> Group:
     w = s.rate_window
-    compute = sel(s, training.COMPUTE_SECONDS_MEDIAN)
+    compute = held(s, training.COMPUTE_SECONDS_MEDIAN)
     rules: list[Record] = [
         Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {compute})"),
         Record(RANK_COMPUTE_RATIO, with_gpu(s, f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}")),
@@ -86,7 +86,7 @@ def recording_rules(s: Settings) -> Group:
         Record(JOB_STRAGGLER_THRESHOLD, straggler_threshold(s)),
         Record(STRAGGLERS, f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}"),
         Record(NODE_JOB_STRAGGLERS, f"count by (cluster, instance, training_job) ({STRAGGLERS})"),
-        Record(JOB_STEP, f"quantile by ({JOB_KEY}) (0.5, {sel(s, training.STEP_SECONDS_MEDIAN)})"),
+        Record(JOB_STEP, f"quantile by ({JOB_KEY}) (0.5, {held(s, training.STEP_SECONDS_MEDIAN)})"),
     ]
     step_rate = f"rate({sel(s, training.STEP_SECONDS_TOTAL)}[{w}])"
     parts = {"data": training.DATA_SECONDS_TOTAL, "comm": training.COMM_SECONDS_TOTAL}
@@ -94,7 +94,7 @@ def recording_rules(s: Settings) -> Group:
         rules.append(Record(rank_share(part), f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}"))
         rules.append(Record(job_share(part), f"quantile by ({JOB_KEY}) (0.5, {rank_share(part)})"))
     rules.append(Record(RANK_COMM_SHARE_TYPICAL, (
-        f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}"
+        f"{held(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{held(s, training.STEP_SECONDS_MEDIAN)}"
     )))
     rules.append(Record(JOB_MIN_COMM_SHARE, f"min by ({JOB_KEY}) ({RANK_COMM_SHARE_TYPICAL})"))
     rules.append(Record(JOB_STEP_RATE, f"avg by ({JOB_KEY}) (rate({sel(s, training.STEPS_TOTAL)}[{w}]))"))
@@ -137,7 +137,7 @@ def alert_rules(s: Settings) -> Group:
     w = s.rate_window
     low_activity_expr = (
         f"(\n"
-        f"  {sel(s, training.RANK_INFO)}\n"
+        f"  {held(s, training.RANK_INFO)}\n"
         f"    and on ({RANK_KEY})\n"
         f"  rate({sel(s, training.STEPS_TOTAL)}[{w}]) > 0\n"
         f")\n"
