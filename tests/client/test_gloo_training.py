@@ -37,3 +37,16 @@ def test_two_rank_gloo_training_shows_per_rank_series() -> None:
         # Rank 1's accelerator takes 20 ms longer per step; synchronous training turns that into
         # rank 0's collective wait, which watch() books as comm.
         assert_rank_1_is_the_slow_one(daemon, STEPS, SLOW_SECONDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["fsdp2", "fsdp1"])
+def test_fsdp_books_the_slow_peers_wait_in_its_collectives_as_comm(model: str) -> None:
+    # The e2e rank script (README instrumentation: watch() + steps(loader)), 2 ranks, rank 1's accelerator
+    # share twice as long: 40 ms more per step, which rank 0 spends in FSDP's all-gathers and reduce-scatters.
+    steps, device_ms, slowdown = 30, 40.0, 1.0
+    worker = Path(__file__).parents[1] / "e2e" / "gloo_rank.py"
+    with running_daemon() as daemon:
+        torchrun(worker, daemon, f"gloo-{model}", "--model", model, "--steps", str(steps),
+                 "--device-ms", str(device_ms), "--slow-rank", "1", "--slowdown", str(slowdown), "--width", "32")
+        assert_rank_1_is_the_slow_one(daemon, steps, device_ms / 1000 * slowdown)
