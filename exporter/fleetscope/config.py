@@ -217,6 +217,13 @@ class PushConfig:
         "push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long."
     )
     max_groups: int = setting("push.max-groups", 64, parse_count, "Most Pushgateway-style groups held at once.")
+    max_group_samples: int = setting(
+        "push.max-group-samples", 10_000, parse_count, "Most samples one Pushgateway-style group may hold (413 above).",
+    )
+    max_samples: int = setting(
+        "push.max-samples", 50_000, parse_count,
+        "Most samples all Pushgateway-style groups may hold together (429 above): bounds memory and scrape time.",
+    )
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

@@ -121,4 +121,5 @@ class StepsCollector(Collector, HasRouters):
             add_rank(builder, rank, self._process_up(rank))
         self.processes.forget({rank.process for rank in view.ranks if rank.process is not None})
         add_receiver(builder, view, len(groups), groups_expired)
+        builder.add(push.GROUP_SAMPLES, (), sum(len(f.samples) for g in groups for f in g.families))
         return builder.families() + group_families(groups)

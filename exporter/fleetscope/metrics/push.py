@@ -19,6 +19,9 @@ EXPIRED_TOTAL = MetricSpec(
     "fleetscope_push_expired_total", "counter",
     "Ranks (kind=rank) and Pushgateway-style groups (kind=group) dropped for lack of pushes.", ("kind",))
 GROUPS = MetricSpec("fleetscope_push_groups", "gauge", "Pushgateway-style groups held.")
+GROUP_SAMPLES = MetricSpec(
+    "fleetscope_push_group_samples", "gauge",
+    "Samples held in Pushgateway-style groups, all together (push.max-samples bounds them).")
 # The labels are the group's grouping key, which varies by group: training_job is the one always there.
 GROUP_LAST_PUSH_TIMESTAMP_SECONDS = MetricSpec(
     "fleetscope_push_group_last_push_timestamp_seconds", "gauge",
@@ -36,6 +39,7 @@ TABLE = table(
         ("ranks", RANKS),
         ("expired", EXPIRED_TOTAL),
         ("groups", GROUPS),
+        ("group_samples", GROUP_SAMPLES),
         ("group_last_push", GROUP_LAST_PUSH_TIMESTAMP_SECONDS),
     ],
     collector="steps",

@@ -28,6 +28,7 @@ from fleetscope.push.gateway import (
     GroupError,
     GroupLimitExceeded,
     GroupStore,
+    GroupTooLarge,
     parse_exposition,
     parse_group_path,
 )
@@ -45,6 +46,7 @@ from fleetscope.push.models import (
 from fleetscope.push.store import LimitExceeded, StepStore
 
 INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
+LIMIT_RETRY_AFTER = 60  # seconds: limits free up as groups and ranks expire or jobs end
 T = TypeVar("T")
 
 
@@ -67,11 +69,13 @@ def _error(status: int, detail: Any, description: str) -> dict[int | str, dict[s
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_error(401, "missing or wrong bearer token", "Push token required (push.token)."),
-    **_error(413, "body exceeds 1048576 bytes (push.max-body-bytes)", "Body too large."),
+    **_error(413, "body exceeds 1048576 bytes (push.max-body-bytes)",
+             "Body too large, or a group with more samples than push.max-group-samples."),
     **_error(
         429,
         "push would track 17 jobs; this node allows 16 (push.max-jobs)",
-        "Limit on jobs, ranks or groups reached; nothing from this push was stored.",
+        "Limit on jobs, ranks, groups or pushed samples reached; nothing from this push was stored "
+        "(Retry-After says when to try again).",
     ),
 }
 
@@ -218,12 +222,14 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
 
             def store_group() -> None:
                 try:
-                    families = parse_exposition(body.decode("utf-8", "replace"), key)
+                    families = parse_exposition(body.decode("utf-8", "replace"), key, config.max_group_samples)
                     groups.push(key, families, replace_all)
                 except GroupError as exc:
                     raise PushRefused(400, "invalid", str(exc)) from None
+                except GroupTooLarge as exc:
+                    raise PushRefused(413, "too_large", str(exc)) from None
                 except GroupLimitExceeded as exc:
-                    raise PushRefused(429, "limit", str(exc)) from None
+                    raise PushRefused(429, "limit", str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER)}) from None
 
             await _maybe_offload(len(body), store_group)
         except PushRefused as exc:
