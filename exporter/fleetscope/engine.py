@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector as PrometheusCollector
 
 from fleetscope import __version__
 from fleetscope.collectors.protocol import Closeable, Collector, Versioned
-from fleetscope.errors import NoHardware
+from fleetscope.errors import Incomplete, NoHardware
 from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, assemble
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics.engine import (
@@ -45,7 +45,9 @@ from fleetscope.metrics.engine import (
 
 logger = logging.getLogger("fleetscope.engine")
 
-Status = Literal["pending", "ok", "no_hardware", "failed", "timeout"]
+# partial: the collector raised Incomplete; what it could read is served, and it counts as a failure.
+Status = Literal["pending", "ok", "partial", "no_hardware", "failed", "timeout"]
+SERVABLE = ("ok", "partial")
 
 # Prometheus's lookback window: a target not scraped for this long has left every query's view,
 # so readings taken for it are work nothing reads.
@@ -130,6 +132,7 @@ class CollectorRunner:
         self._lock = threading.Condition()
         self._reading = Reading()
         self._last_success: float | None = None
+        self._last_served: float | None = None  # the newest reading fit to serve (ok, partial, no hardware)
         self._renderer = Renderer()  # only the thread that publishes a reading renders ahead of scrapes
         self._rendered = _Rendered([], self._renderer)
         self._hardware_present = True
@@ -220,6 +223,9 @@ class CollectorRunner:
         except NoHardware as exc:
             logger.debug("collector %s: no hardware: %s", self.name, exc)
             reading = Reading("no_hardware", [], started_wall, time.perf_counter() - started, str(exc))
+        except Incomplete as exc:
+            logger.warning("collector %s read only in part: %s", self.name, exc)
+            reading = Reading("partial", list(exc.metrics), started_wall, time.perf_counter() - started, str(exc))
         except Exception as exc:  # one failing source must never take the daemon down
             logger.error("collector %s failed: %s", self.name, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
             reading = Reading("failed", [], started_wall, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
@@ -242,15 +248,17 @@ class CollectorRunner:
         return rendered
 
     def _record(self, reading: Reading) -> None:
-        rendered = self._prerender(reading.metrics) if reading.status == "ok" else None
+        rendered = self._prerender(reading.metrics) if reading.status in SERVABLE else None
         with self._lock:
             self._reading = reading
-            if reading.status == "ok":
-                self._last_success = reading.started + reading.duration
+            if reading.status in SERVABLE:
+                if reading.status == "ok":
+                    self._last_success = reading.started + reading.duration
+                self._last_served = reading.started + reading.duration
                 self._rendered = rendered or _Rendered(reading.metrics, self._renderer)
                 self._hardware_present = True
             elif reading.status == "no_hardware":
-                self._last_success = reading.started + reading.duration
+                self._last_success = self._last_served = reading.started + reading.duration
                 self._rendered = _Rendered([], self._renderer)
                 self._hardware_present = False
             self._resuming = False
@@ -260,7 +268,7 @@ class CollectorRunner:
     # -- serving -------------------------------------------------------------------------------
 
     def _fresh(self) -> bool:
-        return self._last_success is not None and self._clock() - self._last_success <= self.staleness
+        return self._last_served is not None and self._clock() - self._last_served <= self.staleness
 
     def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
         """(latest reading, metrics fit to serve, last success time, hardware present)."""
@@ -336,6 +344,8 @@ class LiveCollector:
         t0 = time.perf_counter()
         try:
             metrics = list(self.collector.collect())
+        except Incomplete as exc:
+            return Reading("partial", list(exc.metrics), started, time.perf_counter() - t0, str(exc))
         except Exception as exc:
             logger.error("collector %s failed: %s", self.name, exc)
             return Reading("failed", [], started, time.perf_counter() - t0, str(exc))

@@ -360,8 +360,10 @@ def test_kernel_log_without_nvml_identifies_gpus_by_pci(node) -> None:
         n = node(None, kmsg=handle.read(), settings={"gpu.xid-window": "1000000h"})
     collector = GpuCollector(n.config)
     daemon = build_daemon(n.config, collectors={"gpu": collector})
-    collect_once(daemon)
+    [runner] = daemon.engine.runners
+    assert runner.run_once().status == "partial"  # served, but blind without NVML: a failure (#18 item 10)
     metrics = scrape(daemon)
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 0
     assert xid_counts(metrics) == EXPECTED_KMSG
     # uuid from the driver's "GPU at PCI:" line where the log has one, else empty
     assert value(metrics, "fleetscope_gpu_xid_errors_total", gpu="0", xid="79",
@@ -468,3 +470,45 @@ def test_every_value_the_nvml_reader_names_has_a_metric() -> None:
     from fleetscope.sources.nvml import NvmlValue
 
     assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {"info", "driver_info", "lost", "nvml_devices"}
+
+
+# -- #18 item 11: an Xid seen by either source is never dropped -------------------------------------
+
+
+def test_xid_on_one_gpu_is_counted_while_another_falls_off_the_bus(node) -> None:
+    n = node("h100_8x_healthy")
+    daemon = gpu_daemon(n.config)
+    collector: GpuCollector = daemon.collectors["gpu"]
+    collect_once(daemon)  # starts watching NVML events
+    assert wait_for(lambda: collector._nvml._watcher is not None)
+    time.sleep(0.3)  # the watcher(s) registered
+    n.fake.lose(6)
+    n.fake.inject_xid(3, 94)  # at the same moment
+    assert wait_for(lambda: sum(collector._ledger.counts().values()) >= 1, timeout=10), "Xid 94 never arrived"
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    assert xid_counts(metrics)[("3", "94", "RESTART_APP")] == 1
+    assert value(metrics, "fleetscope_gpu_lost", gpu="6") == 1
+    n.fake.inject_xid(3, 94)  # and the watch on the healthy GPUs goes on
+    assert wait_for(lambda: sum(collector._ledger.counts().values()) >= 2, timeout=10)
+    close(daemon)
+
+
+def test_kernel_log_xids_count_with_no_gpu_left_on_the_bus(node, tmp_path) -> None:
+    """Driver and GPUs gone: NVML does not load and the PCI bus shows no NVIDIA GPU, but the kernel logged Xid 79."""
+    n = node(None, kmsg="6,1,1000000,-;NVRM: GPU at PCI:0000:53:00: GPU-11111111-2222-3333-4444-555555555555\n"
+                        "4,2,3000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid=4101, name=python3, GPU has fallen off "
+                        "the bus.\n", settings={"gpu.xid-window": "1000000h"})
+    empty_sysfs = tmp_path / "bare-sys"
+    (empty_sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    config = load({"path.sysfs": str(empty_sysfs), "path.procfs": os.path.join(n.root, "proc"),
+                   "path.kmsg": n.kmsg, "gpu.xid-window": "1000000h"}, environ={})
+    collector = GpuCollector(config)
+    daemon = build_daemon(config, collectors={"gpu": collector})
+    [runner] = daemon.engine.runners
+    assert runner.run_once().status == "partial"  # served, and reported as a failure: NVML is gone
+    metrics = scrape(daemon)
+    assert value(metrics, "fleetscope_gpu_xid_errors_total", xid="79") == 1
+    assert value(metrics, "fleetscope_gpu_pci_devices") == 0
+    findings, code = run_check(config, collectors={"gpu": GpuCollector(config)})
+    assert code == EXIT_UNHEALTHY and any("Xid 79" in f.message for f in findings)

@@ -6,7 +6,7 @@ import pytest
 
 from fleetscope.collectors.netdev import NetdevCollector, netdev_families, netdev_findings
 from fleetscope.config import load
-from fleetscope.errors import NoHardware
+from fleetscope.errors import NoHardware, SourceError
 from fleetscope.metrics import netdev
 from fleetscope.sources.netdev import STATISTICS, NetInterface
 from tests.collectors.helpers import registry_of
@@ -129,7 +129,14 @@ def test_malformed_tree_finding_and_partial_values() -> None:
 
 
 def test_nothing_selected_is_no_hardware(tmp_path: object) -> None:
+    settings = {"path.sysfs": os.path.join(FIXTURES, "p5", "sys"), "net.device-include": "^nothing$"}
     with pytest.raises(NoHardware):
+        NetdevCollector(load(settings, environ={})).collect()
+
+
+def test_no_interface_at_all_is_a_failure_not_an_absence(tmp_path: object) -> None:
+    """Every node has interfaces: an empty class/net means the collector is blind (#18 item 10)."""
+    with pytest.raises(SourceError, match="--path.sysfs"):
         NetdevCollector(load({"path.sysfs": str(tmp_path)}, environ={})).collect()
 
 

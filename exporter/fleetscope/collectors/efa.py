@@ -15,7 +15,7 @@ from prometheus_client.core import Metric
 from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.detail import Detail
-from fleetscope.errors import NoHardware
+from fleetscope.errors import Incomplete, NoHardware, SourceError
 from fleetscope.health import Finding
 from fleetscope.metrics import efa
 from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
@@ -97,6 +97,18 @@ def efa_families(reading: EfaReading, expected_count: int = 0, detail: Detail | 
     return builder.families()
 
 
+def blind_devices(reading: EfaReading) -> list[str]:
+    """Devices that yield no counter at all, with why: the collector cannot watch them."""
+    blind = [f"{bad.name}: {bad.reason}" for bad in reading.unreadable]
+    for device in reading.devices:
+        sets = [device.counters, *(port.counters for port in device.ports)]
+        if not any(s.present for s in sets):
+            blind.append(f"{device.name}: no hw_counters directory")
+        elif not any(s.values for s in sets):
+            blind.append(f"{device.name}: none of its counters could be read")
+    return blind
+
+
 def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
     """Health findings for ``fleetscope check`` (pure: no file access).
 
@@ -104,8 +116,9 @@ def efa_findings(reading: EfaReading, expected_count: int = 0) -> list[Finding]:
     the device is not working at all; a device whose counters cannot be read
     cannot be watched.
     """
-    findings: list[Finding] = []
-    found = len(reading.devices)
+    findings = [Finding("efa", "unknown", f"efa {bad.name}", f"could not be read: {bad.reason}")
+                for bad in reading.unreadable]
+    found = len(reading.devices) + len(reading.unreadable)
     if expected_count and found < expected_count:
         findings.append(
             Finding("efa", "unhealthy", "node", f"{found} EFA devices found, {expected_count} expected")
@@ -152,10 +165,18 @@ class EfaCollector(Collector, HealthCheck):
 
     def collect(self) -> list[Metric]:
         reading = read_efa(self.sysfs)
-        if not reading.devices and not self.expected_count:
+        if not reading.devices and not reading.unreadable and not self.expected_count:
             # with an expected count, zero devices is a finding to export, not an absence
             raise NoHardware(f"no EFA devices among {reading.rdma_devices} RDMA devices")
-        return efa_families(reading, self.expected_count, self.detail)
+        families = efa_families(reading, self.expected_count, self.detail)
+        blind = blind_devices(reading)
+        if blind:
+            found = len(reading.devices) + len(reading.unreadable)
+            message = f"{len(blind)} of {found} EFA devices yield no counters: " + "; ".join(blind)
+            if len(blind) == found:
+                raise SourceError(message)
+            raise Incomplete(message, families)
+        return families
 
     def health(self) -> list[Finding]:
         return efa_findings(read_efa(self.sysfs), self.expected_count)

@@ -16,7 +16,7 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
-from fleetscope.errors import NoHardware, SourceError
+from fleetscope.errors import Incomplete, NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.metrics import ena
@@ -55,14 +55,25 @@ class EnaCollector(Collector, HealthCheck):
             reasons = "; ".join(f"{bad.device}: {bad.reason}" for bad in reading.unreadable)
             raise SourceError(f"no ENA interface could be read ({reasons})")
         builder = FamilyBuilder()
+        blind: list[str] = [f"{bad.device}: {bad.reason}" for bad in reading.unreadable]
         for interface in reading.interfaces:
+            known = 0
             for raw, value in interface.stats.items():
                 spec = ena.TABLE.get(raw)
                 if spec is None:
                     continue
                 labels = (interface.device, raw) if spec.name == ena.RESET_REASONS_TOTAL.name else (interface.device,)
                 builder.add(spec, labels, value)
-        return builder.families()
+                known += 1
+            if not known:
+                blind.append(f"{interface.device}: none of the ENA statistics fleetscope exports")
+        families = builder.families()
+        if blind:
+            message = f"{len(blind)} of {reading.found} ENA interfaces yield no statistics: " + "; ".join(blind)
+            if len(blind) == reading.found:
+                raise SourceError(message)
+            raise Incomplete(message, families)
+        return families
 
     def health(self) -> list[Finding]:
         # Allowance counters only mean something as deltas, which one reading cannot give;

@@ -21,7 +21,7 @@ from prometheus_client.core import Metric
 from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
 from fleetscope.config import Config
 from fleetscope.detail import Detail
-from fleetscope.errors import NoHardware, SourceError
+from fleetscope.errors import Incomplete, NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.metrics import gpu
@@ -34,6 +34,8 @@ from fleetscope.sources.xid import PciAddress, XidLedger, XidSighting, is_fatal,
 
 logger = logging.getLogger("fleetscope.collectors.gpu")
 
+# What every NVIDIA GPU since Kepler answers, MIG or not: a GPU with none of them is one fleetscope cannot see.
+BASICS = frozenset({"memory_used", "temperature", "power"})
 RECOVERY_ACTIONS = {1: "GPU reset required", 2: "node reboot required", 3: "drain P2P", 4: "drain and reset"}
 
 
@@ -138,10 +140,33 @@ class GpuCollector(Collector, HealthCheck, Closeable):
 
     # -- metrics -----------------------------------------------------------------------------------
 
+    @staticmethod
+    def _absent(snapshot: GpuSnapshot) -> bool:
+        """No GPU here at all: no NVML, none on the PCI bus, and no Xid ever logged (else the GPUs are gone)."""
+        return snapshot.nvml is None and not snapshot.pci_gpus and not snapshot.xid_counts
+
     def collect(self) -> list[Metric]:
         snapshot = self.snapshot()
-        if snapshot.nvml is None and not snapshot.pci_gpus:
+        if self._absent(snapshot):
             raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
+        families = self._families(snapshot)
+        blind = self._blind(snapshot)
+        if blind:
+            raise Incomplete(blind, families)
+        return families
+
+    @staticmethod
+    def _blind(snapshot: GpuSnapshot) -> str:
+        """What NVML should have answered and did not ("" when nothing): the collector then reports failure."""
+        nvml = snapshot.nvml
+        if nvml is None:
+            return f"{snapshot.nvml_error or 'NVML unavailable'}; {len(snapshot.pci_gpus)} NVIDIA GPUs on the PCI bus"
+        silent = [str(s.identity.index) for s in nvml.samples if not BASICS & set(s.scalars)]
+        if silent:
+            return f"NVML answered none of {', '.join(sorted(BASICS))} for GPU {', '.join(silent)}"
+        return ""
+
+    def _families(self, snapshot: GpuSnapshot) -> list[Metric]:
         builder = self.detail.builder()
         nvml = snapshot.nvml
         if nvml is not None:
@@ -187,7 +212,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
 
     def health(self) -> list[Finding]:
         snapshot = self.snapshot()
-        if snapshot.nvml is None and not snapshot.pci_gpus:
+        if self._absent(snapshot):
             raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
         return findings(snapshot, self.config.gpu.expected_count, self.config.gpu.xid_window,
                         lambda pci: self._gpu_labels(snapshot, pci)[0])

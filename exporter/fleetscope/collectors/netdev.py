@@ -8,7 +8,7 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Collector, HealthCheck
 from fleetscope.config import Config
-from fleetscope.errors import NoHardware
+from fleetscope.errors import Incomplete, NoHardware, SourceError
 from fleetscope.families import FamilyBuilder
 from fleetscope.health import Finding
 from fleetscope.metrics import netdev
@@ -64,13 +64,24 @@ class NetdevCollector(Collector, HealthCheck):
         self.exclude = config.net.device_exclude
 
     def _read(self) -> tuple[NetInterface, ...]:
-        return read_netdev(self.sysfs, self.include, self.exclude)
+        interfaces = read_netdev(self.sysfs, self.include, self.exclude)
+        if not interfaces and not self.sysfs.listdir("class", "net"):
+            # A node always has interfaces (lo at least): none at all means sysfs is not where it should be.
+            raise SourceError(f"no network interface under {self.sysfs.path('class', 'net')} (--path.sysfs?)")
+        return interfaces
 
     def collect(self) -> list[Metric]:
         interfaces = self._read()
         if not interfaces:
             raise NoHardware("no network interfaces selected under class/net")
-        return netdev_families(interfaces)
+        families = netdev_families(interfaces)
+        blind = [i.name for i in interfaces if not i.stats]
+        if blind:
+            message = f"no statistics readable for {len(blind)} of {len(interfaces)} interfaces: {', '.join(blind)}"
+            if len(blind) == len(interfaces):
+                raise SourceError(message)
+            raise Incomplete(message, families)
+        return families
 
     def health(self) -> list[Finding]:
         return netdev_findings(self._read())

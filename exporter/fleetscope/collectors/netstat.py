@@ -6,6 +6,7 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Collector
 from fleetscope.config import Config
+from fleetscope.errors import Incomplete
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import netstat
 from fleetscope.sources.fs import Root
@@ -28,4 +29,8 @@ class NetstatCollector(Collector):
         self.procfs = Root(config.path.procfs)
 
     def collect(self) -> list[Metric]:
-        return netstat_families(read_netstat(self.procfs))
+        reading = read_netstat(self.procfs)
+        families = netstat_families(reading)
+        if reading.missing:
+            raise Incomplete("; ".join(reading.missing), families)
+        return families

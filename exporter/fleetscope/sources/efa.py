@@ -63,20 +63,33 @@ class EfaDevice:
 
 
 @dataclass(frozen=True)
+class UnreadableDevice:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class EfaReading:
     devices: tuple[EfaDevice, ...]
     rdma_devices: int  # every device in class/infiniband, EFA or not
     class_present: bool  # class/infiniband exists at all (the ib_core module is loaded)
+    unreadable: tuple[UnreadableDevice, ...] = ()  # EFA devices whose directories could not be read
 
 
 # -- parsers: text in, value out; each raises ValueError on text it does not understand -----------
 
 
+MAX_COUNTER = (1 << 64) - 1  # the driver's counters are u64
+
+
 def parse_counter(text: str) -> int:
-    """One hw_counters file: an unsigned decimal integer. ``N/A (no PMA)`` and garbage are refused."""
+    """One hw_counters file: an unsigned 64-bit decimal. ``N/A (no PMA)``, garbage and overflow are refused."""
     if not text.isdigit():
         raise ValueError(f"not a counter value: {text[:40]!r}")
-    return int(text)
+    value = int(text)
+    if value > MAX_COUNTER:
+        raise ValueError(f"not a 64-bit counter: {text[:40]!r}")
+    return value
 
 
 def parse_state(text: str) -> str:
@@ -182,7 +195,21 @@ def _read_device(sysfs: Root, name: str) -> EfaDevice | None:
 
 
 def read_efa(sysfs: Root) -> EfaReading:
-    """Every EFA device under ``class/infiniband`` (possibly none)."""
+    """Every EFA device under ``class/infiniband`` (possibly none).
+
+    A device whose directories cannot be listed is reported unreadable and the others are still read;
+    ``class/infiniband`` itself unreadable raises :class:`~fleetscope.sources.fs.Unreadable`.
+    """
     names = sysfs.listdir("class", "infiniband")
-    devices = tuple(d for d in (_read_device(sysfs, n) for n in names) if d is not None)
-    return EfaReading(devices, len(names), sysfs.exists("class", "infiniband"))
+    devices: list[EfaDevice] = []
+    unreadable: list[UnreadableDevice] = []
+    for name in names:
+        try:
+            device = _read_device(sysfs, name)
+        except Unreadable as exc:
+            logger.debug("EFA device %s unreadable: %s", name, exc)
+            unreadable.append(UnreadableDevice(name, str(exc)))
+            continue
+        if device is not None:
+            devices.append(device)
+    return EfaReading(tuple(devices), len(names), sysfs.exists("class", "infiniband"), tuple(unreadable))

@@ -31,11 +31,18 @@ class Root:
         return os.path.exists(self.path(*parts))
 
     def listdir(self, *parts: str) -> list[str]:
-        """Sorted entries, or [] if the directory is absent (a device may vanish mid-read)."""
+        """Sorted entries, or [] if the directory is absent (a device may vanish mid-read).
+
+        A directory that is there but cannot be listed (a symlink loop, EIO, EACCES) raises
+        :class:`Unreadable`, so the caller can lose that one device rather than everything.
+        """
+        path = self.path(*parts)
         try:
-            return sorted(os.listdir(self.path(*parts)))
+            return sorted(os.listdir(path))
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as exc:
+            raise Unreadable(f"{path}: {exc.strerror or exc}") from None
 
     def read_attr(self, *parts: str) -> str:
         """A sysfs attribute's text, stripped. Raises :class:`Unreadable`."""

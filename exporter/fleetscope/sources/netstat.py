@@ -18,11 +18,20 @@ from fleetscope.sources.fs import Root, Unreadable
 logger = logging.getLogger("fleetscope.sources.netstat")
 
 
+# The section each file must hold: a file without it (unreadable, empty, garbage) leaves its counters blind.
+SECTIONS = (("snmp", "Tcp"), ("netstat", "TcpExt"))
+MAX_VALUE = 1 << 64  # counters are 64-bit in the kernel; anything larger is not a counter
+
+
 @dataclass(frozen=True)
 class NetstatReading:
-    """``(section, field) -> value`` from both files, e.g. ``("Tcp", "RetransSegs")``."""
+    """``(section, field) -> value`` from both files, e.g. ``("Tcp", "RetransSegs")``.
+
+    ``missing`` names each file that did not yield its section, and why.
+    """
 
     values: Mapping[tuple[str, str], int]
+    missing: tuple[str, ...] = ()
 
     def get(self, key: str) -> int | None:
         section, _, name = key.partition(".")
@@ -51,21 +60,30 @@ def parse_pairs(text: str) -> dict[tuple[str, str], int]:
             continue
         for name, number in zip(names, numbers, strict=True):
             try:
-                values[(section, name)] = int(number)
+                value = int(number)
             except ValueError:
                 logger.debug("netstat: %s.%s is not an integer: %r", section, name, number[:40])
+                continue
+            if abs(value) >= MAX_VALUE:
+                logger.debug("netstat: %s.%s is out of a counter's range: %r", section, name, number[:40])
+                continue
+            values[(section, name)] = value
     return values
 
 
 def read_netstat(procfs: Root) -> NetstatReading:
-    """Counters of both files; raises :class:`SourceError` if neither can be read."""
+    """Counters of both files; raises :class:`SourceError` if neither yields its section."""
     values: dict[tuple[str, str], int] = {}
-    errors: list[str] = []
-    for name in ("snmp", "netstat"):
+    missing: list[str] = []
+    for name, section in SECTIONS:
         try:
-            values.update(parse_pairs(procfs.read_file("net", name)))
+            parsed = parse_pairs(procfs.read_file("net", name))
         except Unreadable as exc:
-            errors.append(str(exc))
-    if len(errors) == 2:
-        raise SourceError("; ".join(errors))
-    return NetstatReading(values)
+            missing.append(str(exc))
+            continue
+        if not any(key[0] == section for key in parsed):
+            missing.append(f"{procfs.path('net', name)}: no {section} counters")
+        values.update(parsed)
+    if len(missing) == len(SECTIONS):
+        raise SourceError("; ".join(missing))
+    return NetstatReading(values, tuple(missing))

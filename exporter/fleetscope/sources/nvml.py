@@ -259,21 +259,16 @@ class NvmlSource:
                     self._lost_since[index] = now
                     self._gpm_previous.pop(index, None)
                     lost.append(self._identities.get(index, GpuIdentity(index)))
-            if self._on_xid is not None and self._watcher is None:
-                # Started once handles and PCI addresses are known, so every event can be attributed.
-                self._watcher = EventWatcher(self, self._on_xid)
-                self._watcher.start()
+            if self._on_xid is not None:
+                # Started once handles and PCI addresses are known, so every event can be attributed;
+                # a GPU back from being lost is watched again.
+                if self._watcher is None:
+                    self._watcher = EventWatcher(self, self._on_xid)
+                self._watcher.sync()
             return NvmlReading(self._versions[0], self._versions[1], count, tuple(samples), tuple(lost))
 
     def lost_indices(self) -> set[int]:
         return set(self._lost_since)
-
-    def handle_index(self, handle: Any) -> int | None:
-        address = ctypes.cast(handle, ctypes.c_void_p).value
-        for index, known in self._handles.items():
-            if ctypes.cast(known, ctypes.c_void_p).value == address:
-                return index
-        return None
 
     def identity(self, index: int) -> GpuIdentity | None:
         return self._identities.get(index)
@@ -484,68 +479,83 @@ def _field_value(item: Any) -> float:
 
 
 class EventWatcher:
-    """NVML error events on a background thread: Xids go to ``on_xid``; re-registers after a GPU loss."""
+    """NVML error events, one event set and one thread per GPU: Xids go to ``on_xid``.
+
+    A wait on an event set answers GPU_IS_LOST as soon as any GPU registered in it falls off
+    the bus, and freeing that set loses the events still queued in it: with one set for all GPUs,
+    an Xid on GPU 3 at the moment GPU 6 was lost was never seen. With a set per GPU, a lost GPU
+    ends only its own watch; :meth:`sync` (after every reading) watches it again once it is back.
+    """
 
     def __init__(self, source: NvmlSource, on_xid: Callable[[XidSighting], object], retry: float = 1.0) -> None:
         self._source = source
         self._on_xid = on_xid
         self._retry = retry
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+        self._lock = threading.Lock()
+        self._threads: dict[int, threading.Thread] = {}
 
     def start(self) -> None:
-        self._thread.start()
+        self.sync()
+
+    def sync(self) -> None:
+        """Watch every GPU the source holds a handle for that is not watched yet (new or back)."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            for index, handle in self._source.handles().items():
+                running = self._threads.get(index)
+                if running is not None and running.is_alive():
+                    continue
+                thread = threading.Thread(target=self._run, args=(index, handle), name=f"nvml-events-{index}",
+                                          daemon=True)
+                self._threads[index] = thread
+                thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2 * EVENT_WAIT_MS / 1000)
+        with self._lock:
+            threads = list(self._threads.values())
+        deadline = time.monotonic() + 2 * EVENT_WAIT_MS / 1000
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _run(self) -> None:
+    def _run(self, index: int, handle: Any) -> None:
         while not self._stop.is_set():
             try:
-                self._watch_once()
+                if self._watch_once(index, handle):
+                    return
             except Exception as exc:  # the watcher must outlive any driver trouble
-                logger.warning("NVML event watcher: %s; re-registering", exc)
+                logger.warning("NVML event watcher, gpu %d: %s; registering again", index, exc)
             self._stop.wait(self._retry)
 
-    def _register(self, nvml: Any, event_set: Any) -> int:
-        registered = 0
-        for index, handle in self._source.handles().items():
-            try:
-                wanted = nvml.nvmlDeviceGetSupportedEventTypes(handle) & WATCHED_EVENTS
-                if wanted:
-                    nvml.nvmlDeviceRegisterEvents(handle, wanted, event_set)
-                    registered += 1
-            except nvml.NVMLError as exc:
-                logger.debug("NVML events: gpu %d not registered: %s", index, exc)
-        return registered
-
-    def _watch_once(self) -> None:
+    def _watch_once(self, index: int, handle: Any) -> bool:
+        """Watch one GPU until stopped; True when its watch is over (lost, nothing to watch, no session)."""
         nvml = self._source._nvml
         if nvml is None:
-            return
+            return True
+        wanted = nvml.nvmlDeviceGetSupportedEventTypes(handle) & WATCHED_EVENTS
+        if not wanted:
+            return True
         event_set = nvml.nvmlEventSetCreate()
         try:
-            if not self._register(nvml, event_set):
-                return
+            nvml.nvmlDeviceRegisterEvents(handle, wanted, event_set)
             while not self._stop.is_set():
                 try:
                     data = nvml.nvmlEventSetWait_v2(event_set, EVENT_WAIT_MS)
                 except nvml.NVMLError_Timeout:
                     continue
+                except nvml.NVMLError_GpuIsLost:
+                    logger.debug("NVML events: gpu %d is lost; its watch ends", index)
+                    return True
                 if data.eventType & EVENT_XID:
-                    self._deliver(nvml, data)
+                    self._deliver(index, data)
+            return True
         finally:
             with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlEventSetFree(event_set)
 
-    def _deliver(self, nvml: Any, data: Any) -> None:
-        index = self._source.handle_index(data.device)
-        if index is None:
-            try:
-                index = nvml.nvmlDeviceGetIndex(data.device)
-            except nvml.NVMLError:
-                return
+    def _deliver(self, index: int, data: Any) -> None:
         identity = self._source.identity(index)
         if identity is None or identity.pci is None:
             return
