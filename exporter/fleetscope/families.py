@@ -6,11 +6,14 @@ HELP/TYPE block for the same name, so values are grouped here before output.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from fleetscope.metrics import MetricSpec
+
+logger = logging.getLogger("fleetscope.families")
 
 
 class FamilyBuilder:
@@ -46,7 +49,12 @@ class FamilyBuilder:
         label_values = [str(v) for v in labels]
         if len(label_values) != len(spec.labels):
             raise ValueError(f"{spec.name} takes labels {spec.labels}, got {label_values}")
-        self._value_family(spec).add_metric(label_values, float(value) * spec.scale)
+        try:
+            number = float(value) * spec.scale
+        except OverflowError:  # an integer no float can hold: garbage from the source, dropped alone
+            logger.debug("%s%s: the value does not fit a float", spec.name, label_values)
+            return
+        self._value_family(spec).add_metric(label_values, number)
 
     def add_info(self, spec: MetricSpec, labels: Iterable[str], info: Mapping[str, str]) -> None:
         """Add an ``_info`` sample; every declared info key is present (empty if unknown)."""

@@ -218,3 +218,13 @@ def test_every_collector_with_a_source_is_covered() -> None:
 
     covered = {"netstat", "efa", "netdev", "ena", "gpu"}
     assert set(REGISTRY) - covered == {"steps", "http", "nccl"}
+
+
+def test_a_netdev_counter_out_of_range_costs_that_counter(p5: Path) -> None:
+    counter = Path(os.path.realpath(p5 / "sys" / "class" / "net" / "ens32")) / "statistics" / "rx_bytes"
+    counter.write_text("9" * 400 + "\n")
+    config = load({"path.sysfs": str(p5 / "sys"), "net.device-exclude": "^lo$"}, environ={})
+    status, values = run(NetdevCollector(config))
+    assert status == "ok"
+    assert not served(values, "fleetscope_net_receive_bytes_total[('device', 'ens32')")
+    assert served(values, "fleetscope_net_transmit_bytes_total[('device', 'ens32')")
