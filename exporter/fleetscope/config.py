@@ -218,10 +218,10 @@ class PushConfig:
     )
     max_groups: int = setting("push.max-groups", 64, parse_count, "Most Pushgateway-style groups held at once.")
     max_group_samples: int = setting(
-        "push.max-group-samples", 10_000, parse_count, "Most samples one Pushgateway-style group may hold (413 above).",
+        "push.max-group-samples", 5_000, parse_count, "Most samples one Pushgateway-style group may hold (413 above).",
     )
     max_samples: int = setting(
-        "push.max-samples", 50_000, parse_count,
+        "push.max-samples", 10_000, parse_count,
         "Most samples all Pushgateway-style groups may hold together (429 above): bounds memory and scrape time.",
     )
 
