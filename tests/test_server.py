@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -18,29 +18,42 @@ from fleetscope.config import load
 from fleetscope.daemon import Daemon, build_daemon
 from fleetscope.listeners import MAX_BACKLOG, MIN_BACKLOG, RESERVED_FDS, ListenerLimits, fit_to_open_files
 from fleetscope.logfilter import RepeatFilter
+from fleetscope.server import EVICTION_GRACE
 
 from .conftest import free_port
 
 
 @pytest.fixture
-def daemon() -> Iterator[tuple[str, Daemon]]:
-    port = free_port()
-    config = load({"web.listen-address": f"127.0.0.1:{port}", "web.read-header-timeout": "1s",
-                   "web.read-timeout": "2s", "web.max-connections": "20"}, environ={})
-    daemon = build_daemon(config, collectors={"http": HttpCollector(config), "steps": StepsCollector(config)})
-    thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(base + "/healthz", timeout=0.5)
-            break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    yield base, daemon
-    daemon.request_stop()
-    thread.join(10)
+def serve() -> Iterator[Callable[..., str]]:
+    """Start a real daemon with ``settings``; returns its base URL."""
+    started: list[tuple[Daemon, threading.Thread]] = []
+
+    def start(**settings: str) -> str:
+        port = free_port()
+        config = load({"web.listen-address": f"127.0.0.1:{port}", **settings}, environ={})
+        daemon = build_daemon(config, collectors={"http": HttpCollector(config), "steps": StepsCollector(config)})
+        thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
+        thread.start()
+        started.append((daemon, thread))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(base + "/healthz", timeout=0.5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        return base
+
+    yield start
+    for daemon, thread in started:
+        daemon.request_stop()
+        thread.join(10)
+
+
+@pytest.fixture
+def daemon(serve: Callable[..., str]) -> tuple[str, None]:
+    return serve(**{"web.read-header-timeout": "1s", "web.read-timeout": "2s", "web.max-connections": "20"}), None
 
 
 def connect(base: str) -> socket.socket:
@@ -94,18 +107,30 @@ def test_slow_body_is_cut_at_the_read_timeout(daemon) -> None:
     assert 'fleetscope_push_rejected_total{reason="incomplete"} 1.0' in metrics
 
 
-def test_at_the_cap_the_longest_waiting_connection_makes_room(daemon) -> None:
-    base, _ = daemon
+def test_at_the_cap_the_longest_waiting_connection_makes_room(serve) -> None:
+    base = serve(**{"web.read-header-timeout": "60s", "web.max-connections": "20"})
     stalled = [connect(base) for _ in range(20)]
     for sock in stalled:
         sock.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finished
-    time.sleep(0.3)
+    time.sleep(EVICTION_GRACE + 0.5)
     # A whole request still gets through at the cap: the oldest stalled connection gives way.
     response = httpx.get(base + "/healthz", timeout=5)
     assert response.status_code == 200
     assert dropped(base, "evicted") >= 1
     stalled[0].settimeout(5)
     assert answer(stalled[0]) == b""  # closed without an answer: it never asked anything
+    for sock in stalled:
+        sock.close()
+
+
+def test_a_connection_storm_cannot_push_out_a_request_in_its_first_seconds(serve) -> None:
+    base = serve(**{"web.read-header-timeout": "60s", "web.max-connections": "20"})
+    stalled = [connect(base) for _ in range(20)]  # the cap, all of them young
+    time.sleep(0.2)
+    refused = connect(base)
+    assert answer(refused).startswith(b"HTTP/1.1 503 ")  # nobody may be evicted yet: the newcomer is refused
+    time.sleep(EVICTION_GRACE + 0.5)
+    assert dropped(base, "over_limit") >= 1  # now the oldest stalled connection makes room for this scrape
     for sock in stalled:
         sock.close()
 

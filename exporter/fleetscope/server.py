@@ -17,8 +17,10 @@ additions:
   evicts the connection that has waited longest on its client (idle, or
   still sending its request), so a request that arrives whole, such as a
   Prometheus scrape or a kubelet probe, is served even while the listener is
-  flooded with slow sockets; only when every connection is busy being
-  answered is the new one refused with ``503`` and ``Retry-After``;
+  flooded with slow sockets (a connection younger than a couple of seconds
+  is never the one evicted, so a request arriving in a connection storm has
+  time to be read); when no connection can give way, the new one is refused
+  with ``503`` and ``Retry-After``;
 * every drop is counted per listener and reason (``fleetscope_http_*``).
 
 uvicorn's keep-alive timeout still closes idle connections between requests,
@@ -38,6 +40,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from fleetscope.listeners import ListenerStats
 
 SHUTDOWN_GRACE = 5  # seconds a stopping daemon waits for requests in progress
+# A connection is not evicted in its first seconds: a scrape or probe that arrives during a connection
+# storm has that long to send its request before the storm's own connections push it out.
+EVICTION_GRACE = 2.0
 
 
 def _raw_response(status: int, reason: str, message: str, retry_after: int | None = None) -> bytes:
@@ -117,7 +122,6 @@ class GuardedH11Protocol(H11Protocol):
             self._header_timer = None
         if state is h11.SEND_BODY:
             if self._request_timer is None:
-                self._waiting_since = time.monotonic()
                 self._request_timer = self._arm(self.stats.limits.read_timeout, self._request_deadline)
         elif self._request_timer is not None:
             self._request_timer.cancel()
@@ -153,29 +157,24 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- the connection cap ---------------------------------------------------------------------
 
-    def _waiting_rank(self) -> int | None:
-        """0: waiting for a request (idle or mid-headers); 1: mid-body; None: being answered."""
+    def _waiting_on_client(self) -> bool:
+        """Idle, or still sending its request (headers or body); not while its request is being answered."""
         if self.transport.is_closing():
-            return None
+            return False
         state = self.conn.their_state
-        if state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
-            return 0
-        if state is h11.SEND_BODY and self.cycle is not None and not self.cycle.response_started:
-            return 1
-        return None
+        if state is h11.IDLE:
+            return self.cycle is None or self.cycle.response_complete
+        return state is h11.SEND_BODY and self.cycle is not None and not self.cycle.response_started
 
     def _make_room(self) -> None:
+        """Close the connection that has waited longest on its client; a young one gets time to send its request."""
         victim: GuardedH11Protocol | None = None
-        best: tuple[int, float] | None = None
+        oldest = time.monotonic() - EVICTION_GRACE
         for other in self.connections:
             if other is self or not isinstance(other, GuardedH11Protocol):
                 continue
-            rank = other._waiting_rank()
-            if rank is None:
-                continue
-            key = (rank, other._waiting_since)
-            if best is None or key < best:
-                best, victim = key, other
+            if other._waiting_since <= oldest and other._waiting_on_client():
+                oldest, victim = other._waiting_since, other
         if victim is not None:
             self.stats.drop("evicted")
             victim._close(None)

@@ -177,6 +177,8 @@ def _scan(text: str, max_samples: int) -> _Lines:
     """
     if text and not text.endswith("\n"):
         raise GroupError("body must end with a newline")
+    if text.count("\n") > max_samples:
+        _count_samples(text, max_samples)  # refuse a body with too many samples before splitting it up
     lines = text.split("\n")
     helps: set[str] = set()
     types: dict[str, str] = {}
@@ -225,6 +227,23 @@ def _scan(text: str, max_samples: int) -> _Lines:
         if match is not None:
             sampled.add(match.group())
     return _Lines("\n".join(lines) if rewritten else text, types, count)
+
+
+def _count_samples(text: str, max_samples: int) -> None:
+    """Raise :class:`GroupTooLarge` once more than ``max_samples`` sample lines are seen (one line in memory)."""
+    count = 0
+    start = 0
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            return
+        line = text[start:end].lstrip(" \t")
+        start = end + 1
+        if line and line[0] != "#":
+            count += 1
+            if count > max_samples:
+                raise GroupTooLarge(f"body has more than {max_samples} samples, the most one group may hold "
+                                    "(push.max-group-samples)")
 
 
 @dataclass

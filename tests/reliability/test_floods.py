@@ -1,0 +1,143 @@
+"""Floods of each kind against a real daemon on 127.0.0.1 (#18 items 4, 5, 6, 7).
+
+Whatever is pushed, and however slowly, ``/metrics`` and ``/healthz`` keep
+answering within Prometheus's default scrape timeout, and the daemon's peak
+memory stays under the DaemonSet's limit with room to spare
+(docs/reliability.md has the figures).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from fleetscope.server import EVICTION_GRACE
+
+from tests.reliability.floods import Scraper, room_for_sockets
+from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon, http
+
+pytestmark = pytest.mark.e2e
+
+MEMORY_CEILING = int(MEMORY_LIMIT_BYTES * 0.85)  # the limit, less a margin for what the test cannot see
+
+
+def peak_within_limit(daemon: Daemon) -> None:
+    peak = daemon.peak_rss()
+    print(f"peak RSS {peak / (1 << 20):.0f} MiB")
+    assert peak < MEMORY_CEILING, f"peak RSS {peak >> 20} MiB, limit {MEMORY_LIMIT_BYTES >> 20} MiB"
+
+
+def in_parallel(count: int, work: Callable[[int], object]) -> list[object]:
+    results: list[object] = [None] * count
+
+    def run(index: int) -> None:
+        try:
+            results[index] = work(index)
+        except OSError as exc:
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return results
+
+
+def test_group_pushes_past_the_sample_budget(daemon: Callable[..., Daemon]) -> None:
+    """Item 4: 16 PUTs of 1 MiB bodies (70,000 series each) took RSS to 600 MB and /metrics to 13.6 s."""
+    node = daemon()
+    huge = "".join(f'm{{i="{i}"}} 1\n' for i in range(70_000)).encode()[: 1 << 20]
+    huge = huge[: huge.rindex(b"\n") + 1]
+    with Scraper(node) as scraper:
+        answers = in_parallel(16, lambda i: http("PUT", f"{node.url}/metrics/job/flood{i}", huge)[0])
+        assert answers == [413] * 16
+        # Then fill the budget with groups it allows, and one more.
+        fitting = "".join(f'n{{i="{i}"}} 1\n' for i in range(2_500)).encode()
+        statuses = [http("PUT", f"{node.url}/metrics/job/fill{i}", fitting)[0] for i in range(5)]
+        assert statuses == [200, 200, 200, 200, 429]
+    scraper.check()
+    peak_within_limit(node)
+    _, _, text = node.get("/metrics")
+    assert b'fleetscope_push_rejected_total{reason="too_large"} 16.0' in text
+    assert b"fleetscope_push_group_samples 10000.0" in text
+
+
+def test_big_group_pushes_do_not_freeze_scrapes(daemon: Callable[..., Daemon]) -> None:
+    """Item 5: 20,000 one-sample families to one group, then to a second: the second took 100 s, the lock 60 s.
+
+    10,000 here keeps the test short; the quadratic check took 25 s for the second of those.
+    """
+    node = daemon({"push.max-group-samples": "10000", "push.max-samples": "20000"})
+    body = "".join(f"# TYPE fam_{i} gauge\nfam_{i} {i}\n" for i in range(10_000)).encode()
+    with Scraper(node) as scraper:
+        timings = []
+        for group in ("a", "b"):
+            started = time.monotonic()
+            status, reason, _ = http("PUT", f"{node.url}/metrics/job/{group}", body, timeout=300)
+            timings.append(time.monotonic() - started)
+            assert status == 200, reason
+    scraper.check()
+    # Linear: the second group costs about what the first did (it took 30x the first before).
+    assert timings[1] < 3 * timings[0] + 5, timings
+    peak_within_limit(node)
+
+
+def test_sockets_that_never_finish_their_headers_under_1024_open_files(daemon: Callable[..., Daemon]) -> None:
+    """Item 7: 1,100 such sockets under ulimit -n 1024 made /metrics, /healthz and pushes time out."""
+    node = daemon({"web.read-header-timeout": "60s"}, open_files=1024)
+    room_for_sockets(1_100)
+    sockets = []
+    try:
+        for _ in range(1_100):
+            sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            sockets.append(sock)
+        time.sleep(EVICTION_GRACE + 1)  # while the storm is younger than this, newcomers are refused (503)
+        with Scraper(node) as scraper:
+            status, _, _ = http("POST", node.url + "/api/v1/steps",
+                                b'{"job": "j", "rank": 0, "step": 1, "step_seconds": 1.0}',
+                                {"Content-Type": "application/json"})
+            assert status == 200
+            time.sleep(2)
+        scraper.check()
+        assert node.open_fds() < 1024
+    finally:
+        for sock in sockets:
+            sock.close()
+    log = node.log_path.read_text()
+    assert log.count("Too many open files") <= 5 and len(log) < 64 * 1024, log[-2000:]
+    _, _, text = node.get("/metrics")
+    assert b'fleetscope_http_connections_dropped_total{listener="main",reason="evicted"}' in text
+
+
+def test_bodies_sent_a_byte_at_a_time(daemon: Callable[..., Daemon]) -> None:
+    """Item 7: 8,000 sockets sending headers, then a byte every 10 s, took RSS to 270 MB; none was ever cut."""
+    node = daemon({"web.read-timeout": "4s"})
+    room_for_sockets(3_000)
+    sockets = []
+    try:
+        with Scraper(node) as scraper:
+            for _ in range(3_000):
+                sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+                sock.sendall(b"POST /api/v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 100000\r\n\r\n[")
+                sockets.append(sock)
+            for _ in range(10):  # a byte a second from every socket still open, past the read timeout
+                for sock in sockets:
+                    try:
+                        sock.send(b" ")
+                    except OSError:
+                        pass
+                time.sleep(1)
+        scraper.check()
+        peak_within_limit(node)
+    finally:
+        for sock in sockets:
+            sock.close()
+    _, _, text = node.get("/metrics")
+    assert b'fleetscope_http_connections_dropped_total{listener="main",reason="read_timeout"}' in text
+    assert b'reason="read_timeout"} 0.0' not in text
