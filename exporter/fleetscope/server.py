@@ -17,9 +17,10 @@ additions:
   evicts the connection that has waited longest on its client (idle, or
   still sending its request), so a request that arrives whole, such as a
   Prometheus scrape or a kubelet probe, is served even while the listener is
-  flooded with slow sockets (a connection younger than a couple of seconds
-  is never the one evicted, so a request arriving in a connection storm has
-  time to be read); when no connection can give way, the new one is refused
+  flooded with slow sockets (a connection that has sent nothing yet is not
+  evicted in its first couple of seconds, so a request arriving in a
+  connection storm has time to be read; one that has sent part of a request
+  and stalls can be evicted at once); when no connection can give way, the new one is refused
   with ``503`` and ``Retry-After``;
 * every drop is counted per listener and reason (``fleetscope_http_*``).
 
@@ -30,6 +31,7 @@ and h11's 16 KiB cap on a request's head still applies.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -65,6 +67,7 @@ class GuardedH11Protocol(H11Protocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._request_timer: asyncio.TimerHandle | None = None
         self._counted = False
+        self._heard = False  # bytes of a request arrived since the last response: it is slow, not new
 
     @classmethod
     def for_listener(cls, stats: ListenerStats) -> type[GuardedH11Protocol]:
@@ -90,11 +93,13 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        self._heard = True
         self._track_request()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._waiting_since = time.monotonic()
+        self._heard = False
         if self.conn.their_state is not h11.IDLE:
             self._track_request()  # a pipelined request, or the rest of a body the app did not read
 
@@ -167,14 +172,20 @@ class GuardedH11Protocol(H11Protocol):
         return state is h11.SEND_BODY and self.cycle is not None and not self.cycle.response_started
 
     def _make_room(self) -> None:
-        """Close the connection that has waited longest on its client; a young one gets time to send its request."""
+        """Close the connection that has waited longest on its client.
+
+        One that has sent part of a request and stalls is fair game at once; one that has sent nothing yet
+        gets EVICTION_GRACE to send its request, so a scrape arriving in a storm is read before it is pushed out.
+        """
         victim: GuardedH11Protocol | None = None
-        oldest = time.monotonic() - EVICTION_GRACE
+        young = time.monotonic() - EVICTION_GRACE
+        oldest = math.inf
         for other in self.connections:
             if other is self or not isinstance(other, GuardedH11Protocol):
                 continue
-            if other._waiting_since <= oldest and other._waiting_on_client():
-                oldest, victim = other._waiting_since, other
+            since = other._waiting_since
+            if since < oldest and (other._heard or since <= young) and other._waiting_on_client():
+                oldest, victim = since, other
         if victim is not None:
             self.stats.drop("evicted")
             victim._close(None)

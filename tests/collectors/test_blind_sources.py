@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+
 from fleetscope.collectors.efa import EfaCollector
 from fleetscope.collectors.ena import EnaCollector
 from fleetscope.collectors.gpu import GpuCollector
@@ -24,8 +25,8 @@ from fleetscope.collectors.netstat import NetstatCollector
 from fleetscope.config import load
 from fleetscope.engine import CollectorRunner
 from fleetscope.nvml_fake import install, load_scenario, uninstall, write_sysfs
+from fleetscope.nvml_fake.library import NOT_SUPPORTED
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
-
 from tests.conftest import FIXTURES
 
 
@@ -180,8 +181,8 @@ def gpu_node(tmp_path: Path) -> Callable[..., GpuCollector]:
         (tmp_path / "proc" / "stat").write_text("cpu 1\nbtime 1700000000\n")
         (tmp_path / "kmsg").write_text("")
         if silent is not None:  # every single-value query answers NOT_SUPPORTED for this GPU
-            fake.gpu(silent).unsupported = {n for n in fake._functions if n.startswith("nvmlDevice")} - {
-                "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetCount_v2"}
+            fake.gpu(silent).errors = {name: NOT_SUPPORTED for name in fake._functions if name.startswith("nvmlDevice")
+                                       and name not in ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetCount_v2")}
         install(fake)
         fakes.append(fake)
         return GpuCollector(load({"path.sysfs": str(tmp_path / "sys"), "path.procfs": str(tmp_path / "proc"),

@@ -136,7 +136,7 @@ def test_nothing_selected_is_no_hardware(tmp_path: object) -> None:
 
 def test_no_interface_at_all_is_a_failure_not_an_absence(tmp_path: object) -> None:
     """Every node has interfaces: an empty class/net means the collector is blind (#18 item 10)."""
-    with pytest.raises(SourceError, match="--path.sysfs"):
+    with pytest.raises(SourceError, match=r"--path\.sysfs"):
         NetdevCollector(load({"path.sysfs": str(tmp_path)}, environ={})).collect()
 
 

@@ -4,6 +4,8 @@ import base64
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fleetscope.config import PushConfig
 from fleetscope.push.gateway import (
@@ -16,8 +18,6 @@ from fleetscope.push.gateway import (
     parse_exposition,
     parse_group_path,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 KEY = (("job", "train"), ("rank", "0"))
 BODY = """# HELP loss Training loss.
@@ -195,11 +195,12 @@ def test_histogram_without_inf_gets_it_from_its_count() -> None:
 
 def exposition_parses(store: GroupStore) -> None:
     """Both formats of the groups' exposition parse: OpenMetrics strictly, the text format with promtool's rules."""
-    from fleetscope.collectors.steps import group_families
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
     from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    from fleetscope.collectors.steps import group_families
 
     class Groups:
         def collect(self):
@@ -223,7 +224,8 @@ def bodies(draw: st.DrawFn) -> str:
         kind = draw(st.sampled_from(["sample", "sample", "sample", "type", "help"]))
         name = draw(NAMES)
         if kind == "type":
-            lines.append(f"# TYPE {name} {draw(st.sampled_from(['counter', 'gauge', 'histogram', 'summary', 'untyped']))}")
+            kind_name = draw(st.sampled_from(["counter", "gauge", "histogram", "summary", "untyped"]))
+            lines.append(f"# TYPE {name} {kind_name}")
         elif kind == "help":
             lines.append(f"# HELP {name} some help")
         else:
@@ -260,7 +262,10 @@ def test_any_accepted_push_leaves_the_exposition_parsable(pushes: list[tuple[str
         ("#TYPE m gauge\nm 1\n", {"m": ("gauge", 1)}),
         ("# TYPE\nm 1\n", {"m": ("unknown", 1)}),  # a bare TYPE is a comment
         ("# TYPE c counter\nc 1\n", {"c": ("unknown", 1)}),  # the pushed name c, not c_total
-        ('# TYPE h histogram\nh_bucket{le="1"} 1\nx 1\nh_sum 1\nh_count 1\n', {"h": ("histogram", 4), "x": ("unknown", 1)}),
+        (
+            '# TYPE h histogram\nh_bucket{le="1"} 1\nx 1\nh_sum 1\nh_count 1\n',
+            {"h": ("histogram", 4), "x": ("unknown", 1)},
+        ),
     ],
 )
 def test_text_format_the_pushgateway_accepts(body: str, expected: dict) -> None:
@@ -297,6 +302,7 @@ def test_a_series_another_group_exposes_is_refused() -> None:
 
 def test_budget_refusals_over_http_say_why_and_are_counted() -> None:
     from fastapi.testclient import TestClient
+
     from fleetscope.collectors.steps import StepsCollector
     from fleetscope.config import load
     from fleetscope.daemon import build_daemon

@@ -8,14 +8,15 @@ memory stays under the DaemonSet's limit with room to spare
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
-from fleetscope.server import EVICTION_GRACE
 
+from fleetscope.server import EVICTION_GRACE
 from tests.reliability.floods import Scraper, room_for_sockets
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon, http
 
@@ -128,10 +129,8 @@ def test_bodies_sent_a_byte_at_a_time(daemon: Callable[..., Daemon]) -> None:
                 sockets.append(sock)
             for _ in range(10):  # a byte a second from every socket still open, past the read timeout
                 for sock in sockets:
-                    try:
+                    with contextlib.suppress(OSError):
                         sock.send(b" ")
-                    except OSError:
-                        pass
                 time.sleep(1)
         scraper.check()
         peak_within_limit(node)

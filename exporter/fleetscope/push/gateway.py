@@ -411,7 +411,7 @@ def parse_exposition(text: str, key: GroupKey, max_samples: int = 1 << 62) -> tu
     lines = _scan(text, max_samples)
     try:
         parsed = list(text_string_to_metric_families(lines.text))
-    except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, and sometimes worse, on garbage
+    except Exception as exc:
         raise GroupError(f"body is not valid Prometheus text format: {exc}") from None
     builders: dict[str, _Builder] = {}
     helps: dict[str, str] = {}
@@ -442,7 +442,7 @@ def parse_exposition(text: str, key: GroupKey, max_samples: int = 1 << 62) -> tu
                     break
         if target is None:
             target = builders[family.name] = _Builder(family.name, kind, "")
-        elif kind != "unknown" and target.type != kind:
+        elif kind not in ("unknown", target.type):
             raise GroupError(f"metric {family.name!r} is pushed as both {target.type} and {kind}")
         target.samples.extend(samples)
     overrides = dict(key)

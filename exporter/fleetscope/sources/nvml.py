@@ -21,7 +21,6 @@ turns it into base units.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import threading
 import time
