@@ -88,7 +88,7 @@ def test_netstat_complete_is_ok(p5: Path) -> None:
 
 
 def efa(p5: Path) -> EfaCollector:
-    return EfaCollector(load({"path.sysfs": str(p5 / "sys")}, environ={}))
+    return EfaCollector(load({"path.sysfs": str(p5 / "sys"), "collector.efa.detail": "all"}, environ={}))
 
 
 def device_dir(p5: Path, name: str) -> Path:

@@ -29,7 +29,7 @@ PROMETHEUS_PER_TARGET = 5
 P5_SERIES: Mapping[str, Mapping[DetailLevel, int]] = MappingProxyType({
     "efa": MappingProxyType({"default": 131, "all": 1154}),
     "gpu": MappingProxyType({"default": 460, "all": 1068}),
-    "steps": MappingProxyType({"default": 134, "all": 134}),
+    "steps": MappingProxyType({"default": 135, "all": 135}),
     "netdev": MappingProxyType({"default": 56, "all": 56}),
     "ena": MappingProxyType({"default": 40, "all": 40}),
     "engine": MappingProxyType({"default": 33, "all": 33}),
