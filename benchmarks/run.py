@@ -105,10 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     results = report.Results(settings, scrape_settings, measure.environment(settings))
     chosen = [part for part in PARTS if part[0] in args.parts]
+    failed: list[str] = []
     try:
-        for i, (_, what, run) in enumerate(chosen, 1):
+        for i, (name, what, run) in enumerate(chosen, 1):
             print(f"[{i}/{len(chosen)}] {what}", flush=True)
-            run(results, _log, args.quick)
+            try:
+                run(results, _log, args.quick)
+            except Exception as exc:  # one failed part (a daemon too slow to start on a busy machine) loses only itself
+                print(f"  part {name} failed: {exc!r}; its section says 'not run'", flush=True)
+                failed.append(name)
         results.env.load_after = measure.load_average()
     finally:
         if args.workdir is None:
@@ -117,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(text)
-    print(f"wrote {args.out} ({time.monotonic() - started:.0f} s)")
-    return 0
+    print(f"wrote {args.out} ({time.monotonic() - started:.0f} s)"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def _log(message: str) -> None:
