@@ -128,6 +128,11 @@ class WebConfig:
     read_timeout: float = setting(
         "web.read-timeout", 30.0, parse_seconds, "Longest a client may take to send a whole request, body included.",
     )
+    api_docs: bool = setting(
+        "web.api-docs", False, parse_bool,
+        "Serve the push API's OpenAPI description and its pages (/openapi.json, /docs); off, they are not served "
+        "at all, since they are not behind push.token.",
+    )
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ def build_daemon(
         for where, router in collector.routers():
             (push_routers if where == "push" else main_routers).append(router)
     separate_push = bool(config.push.listen_address)
-    app = create_app(engine, config.web.telemetry_path, main_routers + ([] if separate_push else push_routers))
-    push_app = create_push_app(push_routers) if separate_push and push_routers else None
+    app = create_app(engine, config.web.telemetry_path, main_routers + ([] if separate_push else push_routers),
+                     api_docs=config.web.api_docs)
+    push_app = create_push_app(push_routers, config.web.api_docs) if separate_push and push_routers else None
     return Daemon(config, built, engine, app, push_app)

@@ -11,6 +11,7 @@ again on every scrape, only handles the other routes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypedDict
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -50,26 +51,42 @@ class GZipExcept:
             await self.gzip(scope, receive, send)
 
 
+class _DocsUrls(TypedDict):
+    openapi_url: str | None
+    docs_url: str | None
+    redoc_url: str | None
+
+
+def _docs_urls(api_docs: bool) -> _DocsUrls:
+    """FastAPI's documentation routes, only with web.api-docs (they are not behind the push token)."""
+    if api_docs:
+        return {"openapi_url": "/openapi.json", "docs_url": "/docs", "redoc_url": "/redoc"}
+    return {"openapi_url": None, "docs_url": None, "redoc_url": None}
+
+
 def create_app(
     engine: Engine,
     telemetry_path: str = "/metrics",
     routers: Iterable[APIRouter] = (),
+    api_docs: bool = False,
 ) -> FastAPI:
     app = FastAPI(
         title="fleetscope",
         version=__version__,
         description="Per-node daemon of fleetscope: GPU, EFA and network metrics, and training-step pushes.",
+        **_docs_urls(api_docs),
     )
     app.add_middleware(GZipExcept, path=telemetry_path)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def landing() -> str:
         names = "".join(f"<li>{r.name}</li>" for r in engine.runners)
+        docs = ' · <a href="/docs">API docs</a>' if api_docs else ""
         return (
             "<html><head><title>fleetscope</title></head><body><h1>fleetscope</h1>"
             f"<p>version {__version__}</p>"
             f'<p><a href="{telemetry_path}">Metrics</a> · <a href="/healthz">healthz</a> · '
-            '<a href="/readyz">readyz</a> · <a href="/docs">API docs</a></p>'
+            f'<a href="/readyz">readyz</a>{docs}</p>'
             f"<p>Collectors:</p><ul>{names}</ul></body></html>"
         )
 
@@ -100,9 +117,9 @@ def create_app(
     return app
 
 
-def create_push_app(routers: Iterable[APIRouter]) -> FastAPI:
+def create_push_app(routers: Iterable[APIRouter], api_docs: bool = False) -> FastAPI:
     """The app for a separate push address: only push routes and a liveness probe."""
-    app = FastAPI(title="fleetscope push API", version=__version__)
+    app = FastAPI(title="fleetscope push API", version=__version__, **_docs_urls(api_docs))
 
     @app.get("/healthz", response_class=PlainTextResponse)
     def healthz() -> str:

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 MAX_ID_LENGTH = 128
 MAX_RANK = 1 << 24
+# Bounds that keep sums finite and exact (#18 item 12): a step longer than this is garbage, and integers
+# stay below 2**53, where a float (every total is one) still holds them exactly.
+MAX_STEP_SECONDS = 1e6  # about 11.6 days
+MAX_COUNT = 1 << 53
 
 
 class Role(enum.Enum):
@@ -71,13 +75,13 @@ RANK_FIELDS: tuple[Field, ...] = (
     Field("world_size", Role.INFO, "int", "Number of ranks in the job.", minimum=1, maximum=MAX_RANK),
     Field("dp_rank", Role.INFO, "int", "Data-parallel rank.", minimum=0, below=MAX_RANK),
     Field("gpu", Role.INFO, "int|str", "GPU index or UUID (MIG: GPU index:instance) the rank runs on.",
-          minimum=0, max_length=MAX_ID_LENGTH),
+          minimum=0, below=MAX_RANK, max_length=MAX_ID_LENGTH),
     Field("pid", Role.PROCESS, "int", "Process id of the rank, as the rank sees it.", minimum=1,
           below=1 << 31),
     Field("start_time", Role.PROCESS, "int",
           "Start time of the process in clock ticks after boot (/proc/self/stat field 22): with pid, tells a "
           "restarted rank from the old one, and lets the daemon find the process from another PID namespace.",
-          minimum=0),
+          minimum=0, below=MAX_COUNT),
     Field("session", Role.SESSION, "int",
           "Random id of the reporting tracker: with pid and start_time, tells a restarted rank from the old one "
           "(also when one process hosts several, as a simulator does).", minimum=0, below=1 << 63),
@@ -85,14 +89,19 @@ RANK_FIELDS: tuple[Field, ...] = (
 
 # One completed step.
 STEP_FIELDS: tuple[Field, ...] = (
-    Field("step", Role.NUMBER, "int", "Step number (optimizer updates so far).", required=True, minimum=0),
-    Field("step_seconds", Role.DURATION, "float", "Wall time of the step.", required=True, minimum=0),
-    Field("data_seconds", Role.DURATION, "float", "Time spent waiting for input data.", minimum=0),
+    Field("step", Role.NUMBER, "int", "Step number (optimizer updates so far).", required=True, minimum=0,
+          below=MAX_COUNT),
+    Field("step_seconds", Role.DURATION, "float", "Wall time of the step.", required=True, minimum=0,
+          maximum=MAX_STEP_SECONDS),
+    Field("data_seconds", Role.DURATION, "float", "Time spent waiting for input data.", minimum=0,
+          maximum=MAX_STEP_SECONDS),
     Field("compute_seconds", Role.DURATION, "float",
-          "The rank's own work (forward, backward, optimizer), excluding collective waits.", minimum=0),
-    Field("comm_seconds", Role.DURATION, "float", "Exposed wait in collective communication.", minimum=0),
-    Field("tokens", Role.COUNT, "int", "Tokens processed by this rank in the step.", minimum=0),
-    Field("samples", Role.COUNT, "int", "Samples processed by this rank in the step.", minimum=0),
+          "The rank's own work (forward, backward, optimizer), excluding collective waits.", minimum=0,
+          maximum=MAX_STEP_SECONDS),
+    Field("comm_seconds", Role.DURATION, "float", "Exposed wait in collective communication.", minimum=0,
+          maximum=MAX_STEP_SECONDS),
+    Field("tokens", Role.COUNT, "int", "Tokens processed by this rank in the step.", minimum=0, below=MAX_COUNT),
+    Field("samples", Role.COUNT, "int", "Samples processed by this rank in the step.", minimum=0, below=MAX_COUNT),
     Field("loss", Role.LATEST, "float", "Loss of the step (NaN and infinities allowed: they are news).",
           finite=False),
     Field("timestamp", Role.TIME, "float",
@@ -111,7 +120,7 @@ WAITING_PHASE = "comm"  # a rank here waits for its peers in a collective
 # The open step and the phase the rank is in: sent with every report, at least once a second.
 POSITION_FIELDS: tuple[Field, ...] = (
     Field("step", Role.NUMBER, "int", "The step the rank is in (the next one when between steps).",
-          required=True, minimum=0),
+          required=True, minimum=0, below=MAX_COUNT),
     Field("phase", Role.LATEST, "str", f"The phase the rank is in: {', '.join(PHASES)}.", required=True),
     Field("since", Role.TIME, "float", "Unix time the rank entered the phase.", required=True, above=0),
 )

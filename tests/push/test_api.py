@@ -118,9 +118,24 @@ def test_pushgateway_routes_status_codes() -> None:
     assert collector.groups.view()[0] == ()
 
 
+def docs_client(**flags: object) -> TestClient:
+    config = load(flags=flags, environ={})
+    return TestClient(build_daemon(config, collectors={"steps": StepsCollector(config)}).app)
+
+
+def test_api_docs_are_off_unless_asked_for() -> None:
+    """#18 item 12: /docs and /openapi.json were served to anyone, push.token or not."""
+    client = docs_client(**{"push.token": "secret"})
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert client.get(path).status_code == 404, path
+    assert "API docs" not in client.get("/").text
+    opted_in = docs_client(**{"web.api-docs": "true"})
+    assert opted_in.get("/docs").status_code == 200
+    assert opted_in.get("/openapi.json").status_code == 200
+
+
 def test_openapi_documents_the_push_api() -> None:
-    client, _ = make_client()
-    spec = client.get("/openapi.json").json()
+    spec = docs_client(**{"web.api-docs": "true"}).get("/openapi.json").json()
     post = spec["paths"]["/api/v1/steps"]["post"]
     assert {"413", "422", "429", "401"} <= set(post["responses"])
     schema = post["requestBody"]["content"]["application/json"]["schema"]

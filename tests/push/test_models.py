@@ -93,3 +93,29 @@ def test_every_field_of_the_field_list_is_in_the_wire_schemas() -> None:
     assert set(one["properties"]) == {f.name for f in fields.RECORD_FIELDS}
     assert set(one["required"]) == {f.name for f in fields.RECORD_FIELDS if f.required}
     assert all(one["properties"][f.name].get("description") == f.help for f in fields.RECORD_FIELDS)
+
+
+# -- #18 item 12: values that overflow a total or a label --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step_seconds": 1e308},
+        {"comm_seconds": 2e6},
+        {"tokens": 1 << 60},
+        {"samples": 10**30},
+        {"step": 1 << 60},
+        {"gpu": 10**200},
+    ],
+    ids=["step_seconds", "comm_seconds", "tokens", "samples", "step", "gpu"],
+)
+def test_values_no_total_or_label_can_hold_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(RecordError) as info:
+        parse_records(json.dumps(record(**bad)).encode())
+    assert all(d["field"].startswith(f"body.{next(iter(bad))}") for d in info.value.detail)
+
+
+def test_the_bounds_leave_room_for_real_values() -> None:
+    (parsed,) = parse_records(json.dumps(record(step_seconds=86_400.0, tokens=1 << 40, gpu=7, step=10**9)).encode())
+    assert parsed["tokens"] == 1 << 40

@@ -253,3 +253,23 @@ def test_a_rank_restarted_inside_the_same_process_is_a_new_session() -> None:
     result = store.ingest([report(step(0), step(1), pid=7, start_time=1000, session=2)])  # a simulator's restart
     assert (result.accepted, result.out_of_order) == (2, 0)
     assert store.ingest([report(step(1), pid=7, start_time=1000, session=2)]).out_of_order == 1
+
+
+def test_huge_steps_cannot_turn_a_total_infinite() -> None:
+    """#18 item 12: step_seconds 1e308 twice made the seconds counter +Inf; the wire bound refuses it."""
+    from fleetscope.push.models import RecordError, parse_records
+
+    store = StepStore(PushConfig())
+    for number in (1, 2):
+        with pytest.raises(RecordError):
+            parse_records(b'{"job": "j", "rank": 0, "step": %d, "step_seconds": 1e308}' % number)
+    push(store, *(rec(step=n, step_seconds=record.MAX_STEP_SECONDS) for n in range(1, 1001)))
+    assert only(store).values["step_seconds"] == 1000 * record.MAX_STEP_SECONDS
+
+
+def test_a_timestamp_far_in_the_future_does_not_hide_a_hang() -> None:
+    """#18 item 12: timestamp 1e300 kept the last step 'in the future', so the job never looked stalled."""
+    clock = FakeClock(5000.0)
+    store = StepStore(PushConfig(), clock)
+    push(store, rec(step=1, timestamp=1e300))
+    assert only(store).values["timestamp"] == 5000.0
