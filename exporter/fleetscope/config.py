@@ -212,6 +212,11 @@ class PushConfig:
     )
     token: str = setting("push.token", "", parse_str, "Bearer token required on pushes (empty: none).")
     max_body_bytes: int = setting("push.max-body-bytes", 1 << 20, parse_count, "Largest accepted push body.")
+    max_inflight_bytes: int = setting(
+        "push.max-inflight-bytes", 4 << 20, parse_count,
+        "Most body bytes all pushes being read and stored may hold together (at least push.max-body-bytes); "
+        "a push beyond it is answered 503 with Retry-After: bounds the daemon's memory under a push storm.",
+    )
     max_jobs: int = setting("push.max-jobs", 16, parse_count, "Most jobs tracked at once on this node.")
     max_ranks: int = setting("push.max-ranks", 128, parse_count, "Most ranks tracked at once on this node.")
     rank_ttl: float = setting(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
+import pytest
 from fastapi.testclient import TestClient
+from starlette.requests import Request
 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
+from fleetscope.push.api import InflightBudget, PushRefused
 
 
 def make_client(**flags: object) -> tuple[TestClient, StepsCollector]:
@@ -177,3 +181,26 @@ def test_a_heartbeat_alone_is_accepted_and_a_rank_outside_its_world_is_refused()
     assert response.status_code == 422 and response.json()["detail"][0]["field"] == "body.position.phase"
     assert [r.rank for r in collector.store.view().ranks] == [3]
     assert collector.store.view().rejected == {"invalid": 2}
+
+
+def test_bodies_in_flight_are_bounded() -> None:
+    """#18 item 6: 100 concurrent 1 MiB pushes were all buffered at once; past the budget a push gets 503."""
+    def request(length: int | None) -> Request:
+        headers = [] if length is None else [(b"content-length", str(length).encode())]
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": headers})
+
+    async def scenario() -> None:
+        budget = InflightBudget(3_000)
+        async with budget.hold(request(2_000), 1_000_000), budget.hold(request(1_000), 1_000_000):
+            with pytest.raises(PushRefused) as refused:
+                async with budget.hold(request(10), 1_000_000):
+                    pass
+            assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "1"}
+        async with budget.hold(request(None), 3_000):  # no length declared: the body limit is reserved
+            with pytest.raises(PushRefused):
+                async with budget.hold(request(1), 1_000_000):
+                    pass
+        async with budget.hold(request(50_000), 1_000_000):  # alone, one body always fits
+            pass
+
+    asyncio.run(scenario())

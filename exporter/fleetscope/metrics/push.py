@@ -10,7 +10,8 @@ RECORDS_TOTAL = MetricSpec("fleetscope_push_records_total", "counter", "Step rec
 REJECTED_TOTAL = MetricSpec(
     "fleetscope_push_rejected_total", "counter",
     "Pushes refused, by reason (invalid, too_large, limit, unauthorized, incomplete: the body did not "
-    "arrive whole), and parts of accepted pushes refused: out_of_order (a step its process already reported), "
+    "arrive whole, busy: push.max-inflight-bytes were in flight), and parts of accepted pushes refused: "
+    "out_of_order (a step its process already reported), "
     "clock (a completion time in the future or before the previous one, replaced by the time the daemon "
     "received it).", ("reason",))
 JOBS = MetricSpec("fleetscope_push_jobs", "gauge", "Training jobs with at least one live rank.")

@@ -15,7 +15,9 @@ other pushers.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -47,6 +49,7 @@ from fleetscope.push.store import LimitExceeded, StepStore
 
 INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
 LIMIT_RETRY_AFTER = 60  # seconds: limits free up as groups and ranks expire or jobs end
+BUSY_RETRY_AFTER = 1  # seconds: bodies in flight are stored within moments
 T = TypeVar("T")
 
 
@@ -77,7 +80,38 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "Limit on jobs, ranks, groups or pushed samples reached; nothing from this push was stored "
         "(Retry-After says when to try again).",
     ),
+    **_error(503, "1048576 body bytes of pushes in flight; this node holds at most 4194304 (push.max-inflight-bytes)",
+             "Too many push bodies in flight at once; nothing was read (Retry-After says when to try again)."),
 }
+
+
+class InflightBudget:
+    """Body bytes held by pushes being read, parsed and stored, against ``push.max-inflight-bytes``.
+
+    A push reserves its declared Content-Length (the body limit when it declares none) before reading
+    anything, so a storm of concurrent pushes is refused with 503 instead of buffered (#18 item 6).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held = 0
+        self._lock = threading.Lock()  # released from the threadpool too
+
+    @asynccontextmanager
+    async def hold(self, request: Request, body_limit: int) -> AsyncIterator[None]:
+        declared = request.headers.get("content-length", "")
+        size = min(int(declared), body_limit) if declared.isdigit() else body_limit
+        with self._lock:
+            if self._held and self._held + size > self.limit:
+                raise PushRefused(503, "busy", f"{self._held} body bytes of pushes in flight; this node holds at "
+                                  f"most {self.limit} (push.max-inflight-bytes)",
+                                  headers={"Retry-After": str(BUSY_RETRY_AFTER)})
+            self._held += size
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= size
 
 
 async def read_bounded(request: Request, limit: int) -> bytes:
@@ -115,6 +149,8 @@ async def _maybe_offload(size: int, work: Callable[[], T]) -> T:
 
 
 def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> APIRouter:
+    inflight = InflightBudget(max(config.max_inflight_bytes, config.max_body_bytes))
+
     def require_token(request: Request) -> None:
         if not config.token:
             return
@@ -139,22 +175,24 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
     async def push(request: Request, parse: Callable[[bytes], list[RankReport]]) -> Any:
         try:
             require_token(request)
-            body = await read_bounded(request, config.max_body_bytes)
-
-            def store_body() -> PushResult:
-                try:
-                    reports = parse(body)
-                except RecordError as exc:
-                    raise PushRefused(422, "invalid", exc.detail) from None
-                try:
-                    result = store.ingest(reports)
-                except LimitExceeded as exc:
-                    raise PushRefused(429, "limit", str(exc)) from None
-                return PushResult(accepted=result.accepted, out_of_order=result.out_of_order)
-
-            return await _maybe_offload(len(body), store_body)
+            async with inflight.hold(request, config.max_body_bytes):
+                return await store_push(await read_bounded(request, config.max_body_bytes), parse)
         except PushRefused as exc:
             return refused(exc)
+
+    async def store_push(body: bytes, parse: Callable[[bytes], list[RankReport]]) -> PushResult:
+        def store_body() -> PushResult:
+            try:
+                reports = parse(body)
+            except RecordError as exc:
+                raise PushRefused(422, "invalid", exc.detail) from None
+            try:
+                result = store.ingest(reports)
+            except LimitExceeded as exc:
+                raise PushRefused(429, "limit", str(exc)) from None
+            return PushResult(accepted=result.accepted, out_of_order=result.out_of_order)
+
+        return await _maybe_offload(len(body), store_body)
 
     all_or_nothing = (
         "If any record is invalid (422, naming the field) or the push would exceed the node's limits on jobs or "
@@ -218,20 +256,22 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
             content_type = request.headers.get("content-type", "text/plain")
             if "protobuf" in content_type:
                 raise PushRefused(415, "invalid", "only the text exposition format is accepted, not protobuf")
-            body = await read_bounded(request, config.max_body_bytes)
+            async with inflight.hold(request, config.max_body_bytes):
+                body = await read_bounded(request, config.max_body_bytes)
 
-            def store_group() -> None:
-                try:
-                    families = parse_exposition(body.decode("utf-8", "replace"), key, config.max_group_samples)
-                    groups.push(key, families, replace_all)
-                except GroupError as exc:
-                    raise PushRefused(400, "invalid", str(exc)) from None
-                except GroupTooLarge as exc:
-                    raise PushRefused(413, "too_large", str(exc)) from None
-                except GroupLimitExceeded as exc:
-                    raise PushRefused(429, "limit", str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER)}) from None
+                def store_group() -> None:
+                    try:
+                        families = parse_exposition(body.decode("utf-8", "replace"), key, config.max_group_samples)
+                        groups.push(key, families, replace_all)
+                    except GroupError as exc:
+                        raise PushRefused(400, "invalid", str(exc)) from None
+                    except GroupTooLarge as exc:
+                        raise PushRefused(413, "too_large", str(exc)) from None
+                    except GroupLimitExceeded as exc:
+                        retry = {"Retry-After": str(LIMIT_RETRY_AFTER)}
+                        raise PushRefused(429, "limit", str(exc), headers=retry) from None
 
-            await _maybe_offload(len(body), store_group)
+                await _maybe_offload(len(body), store_group)
         except PushRefused as exc:
             return refused(exc)
         return Response(status_code=200)
