@@ -54,7 +54,8 @@ def test_group_pushes_past_the_sample_budget(daemon: Callable[..., Daemon]) -> N
     huge = huge[: huge.rindex(b"\n") + 1]
     with Scraper(node) as scraper:
         answers = in_parallel(16, lambda i: http("PUT", f"{node.url}/metrics/job/flood{i}", huge)[0])
-        assert answers == [413] * 16
+        # Too many samples (413), or, past push.max-inflight-bytes, refused before being read (503).
+        assert set(answers) <= {413, 503} and 413 in answers, answers
         # Then fill the budget with groups it allows, and one more.
         fitting = "".join(f'n{{i="{i}"}} 1\n' for i in range(2_500)).encode()
         statuses = [http("PUT", f"{node.url}/metrics/job/fill{i}", fitting)[0] for i in range(5)]
@@ -62,7 +63,9 @@ def test_group_pushes_past_the_sample_budget(daemon: Callable[..., Daemon]) -> N
     scraper.check()
     peak_within_limit(node)
     _, _, text = node.get("/metrics")
-    assert b'fleetscope_push_rejected_total{reason="too_large"} 16.0' in text
+    too_large, busy = answers.count(413), answers.count(503)
+    assert f'fleetscope_push_rejected_total{{reason="too_large"}} {too_large:.1f}'.encode() in text
+    assert busy == 0 or f'fleetscope_push_rejected_total{{reason="busy"}} {busy:.1f}'.encode() in text
     assert b"fleetscope_push_group_samples 10000.0" in text
 
 
