@@ -25,7 +25,7 @@ def _samples(url: str) -> dict[str, list]:
 def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     faults = parse_schedule([
         {"kind": "efa_device_missing", "at": 0, "node": "node-01", "device": "rdmap32s27"},
-        {"kind": "rank_dies", "at": 0, "job": "job-a", "rank": 13},
+        {"kind": "rank_dies", "at": 12, "job": "job-a", "rank": 13},
     ])
     spec = make_cluster(nodes=2, jobs=1, base_port=free_port_run(2), faults=faults, step_seconds=1.0,
                         collector_interval=1.0)
@@ -35,9 +35,19 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
         cluster.run_in_thread()
         time.sleep(4)
         first = _samples(cluster.url("node-00"))
-        time.sleep(4)
+        time.sleep(3)
         second = _samples(cluster.url("node-00"))
-        p4d = _samples(cluster.url("node-01"))
+        before = _samples(cluster.url("node-01"))  # its daemon sees the rank processes alive
+        # Rank 13 dies at t+12 s, inside its step: every other rank waits for it in the collective.
+        deadline = time.monotonic() + 60
+        while True:
+            p4d = _samples(cluster.url("node-01"))
+            if any(s.labels["rank"] == "13" and s.value == 0 for s in p4d.get("fleetscope_training_process_up", [])) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        time.sleep(2)  # the survivors' next position reports
+        third = _samples(cluster.url("node-00"))
     finally:
         cluster.stop()
 
@@ -49,17 +59,27 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     # node-00 is a p5 (32 EFA devices), node-01 a p4d that lost one of its 4.
     assert second["fleetscope_efa_devices"][0].value == 32
     assert p4d["fleetscope_efa_devices"][0].value == 3 and p4d["fleetscope_efa_expected_devices"][0].value == 4
-    # Ranks 0-7 run on node-00 and push there; rank 13 (node-01) died at once and never pushed.
+    # Ranks 0-7 run on node-00 and push there, 8-15 on node-01; all completed the same steps.
     ranks = {s.labels["rank"] for s in second["fleetscope_training_steps_total"]}
     assert ranks == {str(r) for r in range(8)}
     assert {s.labels["training_job"] for s in second["fleetscope_training_steps_total"]} == {"job-a"}
-    assert "13" not in {s.labels["rank"] for s in p4d["fleetscope_training_steps_total"]}
     assert total(second, "fleetscope_training_steps_total") > total(first, "fleetscope_training_steps_total")
+    both = third["fleetscope_training_last_step"] + p4d["fleetscope_training_last_step"]
+    last = {s.labels["rank"]: s.value for s in both}
+    survivors = {step for rank, step in last.items() if rank != "13"}
+    # The dead rank's last report may have died with it, still in its client's buffer.
+    assert len(last) == 16 and len(survivors) == 1 and last["13"] in (min(survivors), min(survivors) - 1), last
+    # Where they are now: the survivors wait in the collective; rank 13's process left node-01's procfs.
+    waiting = {s.labels["rank"] for s in third["fleetscope_training_phase"] if s.labels["phase"] == "comm" and s.value}
+    assert waiting == {str(r) for r in range(8)}
+    assert {s.labels["rank"]: s.value for s in before["fleetscope_training_process_up"]} == \
+        {str(r): 1 for r in range(8, 16)}
+    process_up = {s.labels["rank"]: s.value for s in p4d["fleetscope_training_process_up"]}
+    assert process_up["13"] == 0 and all(up == 1 for rank, up in process_up.items() if rank != "13"), process_up
     # Each rank process writes NCCL Inspector output; the daemon attributes it to the rank through procfs.
     nccl_ranks = {(s.labels["training_job"], s.labels["rank"]) for s in second["fleetscope_nccl_collectives_total"]}
     assert nccl_ranks == {("job-a", str(r)) for r in range(8)}
     assert total(second, "fleetscope_nccl_collectives_total") > total(first, "fleetscope_nccl_collectives_total")
-    assert "13" not in {s.labels["rank"] for s in p4d.get("fleetscope_nccl_collectives_total", [])}
     # Every background collector of the node worked on the generated tree.
     failing = [s.labels["collector"] for s in second["fleetscope_collector_success"] if s.value != 1]
     assert failing == []

@@ -27,7 +27,7 @@ def test_pattern_matches_a_label_subset_and_alternatives():
 
 def test_evaluate_times_detection_and_separates_wrong_labels_consequences_and_strays():
     throttle = _fault({"kind": "thermal_throttle", "at": 60, "node": "node-00", "gpu": 3})
-    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-d", "params": {"first_rank": 9}})
+    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-d", "rank": 9})
     expectations = [
         Expectation(throttle, (AlertPattern("GpuThrottled", {"instance": "node-00", "gpu": "3"}),), 120,
                     tolerated=(AlertPattern("GpuTemperatureNearSlowdown", {"instance": "node-00", "gpu": "3"}),)),
@@ -96,7 +96,7 @@ def test_expectations_follow_the_cluster_layout():
         {"kind": "thermal_throttle", "at": 60, "node": "node-01", "gpu": 3},
         {"kind": "hw_slowdown", "at": 60, "node": "node-02", "gpu": 5},
         {"kind": "slow_dataloader", "at": 60, "job": "job-a", "rank": 4},
-        {"kind": "job_hang", "at": 60, "job": "job-a", "params": {"first_rank": 6}},
+        {"kind": "job_hang", "at": 60, "job": "job-a", "rank": 6},
     ])
     spec = make_cluster(nodes=3, jobs=1, faults=faults)  # job-a on all three nodes: ranks 0-23
     throttle, slowdown, loader, hang = (expectation(f, spec) for f in faults)
@@ -125,7 +125,7 @@ def test_xid_alerts_follow_the_catalog_action():
 
 
 def test_an_alert_that_fired_before_its_fault_and_again_after_counts_once_and_is_also_a_stray():
-    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-b", "params": {"first_rank": 20}})
+    hang = _fault({"kind": "job_hang", "at": 100, "job": "job-b", "rank": 20})
     exp = Expectation(hang, (AlertPattern("TrainingJobHang", {"training_job": "job-b", "rank": "20"}),), 180)
     labels = {"alertname": "TrainingJobHang", "training_job": "job-b", "rank": "20"}
     # A false alarm at t+70 (resolved), then the real one at t+154.

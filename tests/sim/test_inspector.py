@@ -80,12 +80,19 @@ def test_a_throttled_rank_arrives_last_so_its_collectives_are_shortest(tmp_path)
     assert all(0.9 < s / median < 1.1 for rank, s in seconds.items() if rank != 10)
 
 
-def test_a_dead_rank_writes_nothing_more(tmp_path):
-    faults = parse_schedule([{"kind": "rank_dies", "at": 20, "job": "job-a", "rank": 6,
-                              "params": {"block_after": 900}}])
-    _run(tmp_path, faults, seconds=60)
-    path = tmp_path / "n0" / "nccl" / f"n0-pid{rank_pid(6)}.log"
-    last = json.loads(path.read_text().splitlines()[-1])["metadata"]["dump_timestamp_us"] / 1e6
-    peer = tmp_path / "n0" / "nccl" / f"n0-pid{rank_pid(5)}.log"
-    peer_last = json.loads(peer.read_text().splitlines()[-1])["metadata"]["dump_timestamp_us"] / 1e6
-    assert last < 1_700_000_000.0 + 21 and peer_last > 1_700_000_000.0 + 55
+def test_when_a_rank_dies_no_rank_completes_another_collective_and_its_process_leaves_procfs(tmp_path):
+    faults = parse_schedule([{"kind": "rank_dies", "at": 20, "job": "job-a", "rank": 6}])
+    collectives, _ = _run(tmp_path, faults, seconds=60)
+    last = set()
+    for name in NODES:
+        directory = tmp_path / name / "nccl"
+        for file in os.listdir(directory):
+            record = json.loads((directory / file).read_text().splitlines()[-1])
+            last.add((record["coll_perf"]["coll_sn"], record["metadata"]["dump_timestamp_us"] // 1_000_000))
+    # Every rank's last record is the same collective of the last step completed before the death.
+    assert len({sn for sn, _ in last}) == 1 and max(t for _, t in last) <= 1_700_000_000 + 20
+    proc = tmp_path / "n0" / "proc" / str(rank_pid(6))
+    stat = (proc / "stat").read_text()
+    assert stat.split(") ")[1].split()[19] == str(collectives.process(6).start_time)
+    collectives.exited(6)
+    assert not proc.exists() and (tmp_path / "n0" / "nccl" / f"n0-pid{rank_pid(6)}.log").exists()

@@ -24,10 +24,11 @@ from fleetscope.sim.inspector import InspectorNode, StepCollectives
 from fleetscope.sim.localhttp import answers_ok
 from fleetscope.sim.node import Load, NodeModel
 from fleetscope.sim.profiles import NodeProfile, profile
-from fleetscope.sim.training import JobModel, JobSpec
+from fleetscope.sim.training import JobModel, JobSpec, Position, RankState
 from fleetscope.sim.tree import NodePaths, TreeWriter
 
 logger = logging.getLogger("fleetscope.sim")
+CLOCK_TICKS = 100  # USER_HZ: /proc/<pid>/stat's start time is in these after boot
 
 
 @dataclass(frozen=True)
@@ -133,49 +134,72 @@ class SimNode:
         return self.writer.paths
 
 
-Pusher = Callable[[SimNode, list[dict[str, Any]]], None]
-
-
 class ClientPusher:
-    """Each simulated rank pushes through its own :class:`fleetscope.client.StepTracker`, as a real rank would."""
+    """Each simulated rank pushes through its own :class:`fleetscope.client.StepTracker`, as a real rank would.
 
-    def __init__(self, url_of: Callable[[str], str], flush_interval: float = 1.0) -> None:
+    Its steps as :meth:`StepTracker.report`, where it is inside the open step as
+    :meth:`StepTracker.now_in` (sent once a second by the tracker's sender, steps or not), and the
+    pid and start time of its simulated process (``process_of``), which its node's procfs shows, in
+    place of the simulator's own. A rank whose process dies stops at once, without a goodbye.
+    """
+
+    def __init__(self, url_of: Callable[[str], str], flush_interval: float = 1.0,
+                 process_of: Callable[[str, int], tuple[int, int] | None] | None = None) -> None:
         self._url_of = url_of
         self._flush_interval = flush_interval
+        self._process_of = process_of
         self._trackers: dict[tuple[str, int], Any] = {}
+        self._told: dict[tuple[str, int], tuple[int, str]] = {}  # (step, phase) each tracker last said
+        self._dead: set[tuple[str, int]] = set()
 
-    def __call__(self, node: SimNode, records: list[dict[str, Any]]) -> None:
+    def _tracker(self, node: str, job: JobSpec, rank: int) -> Any:
         from fleetscope.client import StepTracker
 
+        key = (job.name, rank)
+        tracker = self._trackers.get(key)
+        if tracker is None:
+            local = rank % job.ranks_per_node
+            tracker = self._trackers[key] = StepTracker(
+                job=job.name, rank=rank, local_rank=local, world_size=job.world_size, pp_stage=0, dp_rank=rank,
+                gpu=local, url=self._url_of(node), flush_interval=self._flush_interval, environ={},
+            )
+            process = self._process_of(job.name, rank) if self._process_of is not None else None
+            if process is not None and tracker.sender.rank_fields is not None:
+                # Before its sender's first report (a flush interval away): the rank's own process.
+                tracker.sender.rank_fields.update(pid=process[0], start_time=process[1])
+        return tracker
+
+    def steps(self, node: str, job: JobSpec, records: list[dict[str, Any]]) -> None:
         for record in records:
-            key = (record["job"], record["rank"])
-            tracker = self._trackers.get(key)
-            if tracker is None:
-                tracker = self._trackers[key] = StepTracker(
-                    job=record["job"], rank=record["rank"], local_rank=record["local_rank"],
-                    world_size=record["world_size"], pp_stage=record["pp_stage"], dp_rank=record["dp_rank"],
-                    gpu=record["gpu"], url=self._url_of(node.spec.name), flush_interval=self._flush_interval,
-                    environ={},
-                )
-            tracker.report(
+            key = (job.name, record["rank"])
+            if key in self._dead:
+                continue
+            self._tracker(node, job, record["rank"]).report(
                 record["step_seconds"], record["step"], data_seconds=record["data_seconds"],
                 compute_seconds=record["compute_seconds"], comm_seconds=record["comm_seconds"],
                 tokens=record["tokens"], samples=record["samples"], loss=record["loss"], timestamp=record["timestamp"],
             )
+            self._told.pop(key, None)  # report() moved the tracker to the next step, idle
 
-    def position(self, job: str, rank: int, phase: str, alive: bool) -> None:
-        """Where a rank is now; a dead rank's tracker stops reporting, without a goodbye."""
-        tracker = self._trackers.get((job, rank))
-        if tracker is None or tracker.sender._stop.is_set():
+    def position(self, node: str, job: JobSpec, rank: int, where: Position | None) -> None:
+        """Where a rank is now (``None``: its process died, and its tracker stops without a goodbye)."""
+        key = (job.name, rank)
+        if key in self._dead:
             return
-        if alive:
-            tracker.now_in(phase)
-        else:
+        tracker = self._tracker(node, job, rank)
+        if where is None:
+            self._dead.add(key)
             tracker.close(goodbye=False)
+            return
+        said = (where.step, where.phase)
+        if self._told.get(key) != said:  # now_in() starts the phase's clock: only when it changes
+            tracker.now_in(where.phase, where.step)
+            self._told[key] = said
 
     def close(self) -> None:
-        for tracker in self._trackers.values():
-            tracker.close(timeout=1.0)
+        for key, tracker in self._trackers.items():
+            if key not in self._dead:
+                tracker.close(timeout=1.0)
         self._trackers.clear()
 
 
@@ -183,7 +207,7 @@ class ClientPusher:
 class SimCluster:
     spec: ClusterSpec
     workdir: str
-    pusher: Pusher | None = None  # default: HTTP to the node's push API
+    pusher: ClientPusher | None = None  # made at the first push: each rank's tracker, to its node's daemon
     nodes: dict[str, SimNode] = field(default_factory=dict)
     jobs: list[JobModel] = field(default_factory=list)
     collectives: list[StepCollectives] = field(default_factory=list)  # per job: its ranks' NCCL Inspector output
@@ -191,6 +215,7 @@ class SimCluster:
     _stop: threading.Event = field(default_factory=threading.Event)
     _clock_started: bool = False
     _next_tree_write: dict[str, float] = field(default_factory=dict)
+    _exited: set[tuple[str, int]] = field(default_factory=set)  # (job, rank) whose process died
     _thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -211,7 +236,7 @@ class SimCluster:
             collectives = StepCollectives(
                 spec.name, [(name, inspector[name]) for name in spec.nodes], spec.ranks_per_node,
                 transfer_seconds=spec.step_seconds * spec.comm_share, seed=self.spec.seed * 7919 + j)
-            collectives.start()
+            collectives.start({name: int(self.nodes[name].model.uptime * CLOCK_TICKS) for name in spec.nodes})
             self.collectives.append(collectives)
 
     def start(self, ready_timeout: float = 240.0) -> None:
@@ -287,32 +312,22 @@ class SimCluster:
         """Advance the whole cluster to simulation time ``elapsed``."""
         faults = list(self.spec.faults)
         loads: dict[str, Load] = defaultdict(Load)
-        per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        per_job: list[list[dict[str, Any]]] = []
+        completed: list[list[tuple[RankState, dict[str, Any]]]] = []
         for job in self.jobs:
-            per_job.append([])
-            for state, record in job.advance(elapsed, self.started_at, faults):
-                per_node[state.node].append(record)
-                per_job[-1].append(record)
-            busy = job.busy()
+            completed.append(job.advance(elapsed, self.started_at, faults))
+            busy = job.busy(elapsed)
             for state in job.ranks:
                 load = loads[state.node]
-                load.gpu_busy[state.local_rank] = busy if state.alive else 0.0
+                load.gpu_busy[state.local_rank] = job.gpu_busy(state.rank, elapsed)
                 load.network = max(load.network, busy)
         # Steps first, as a rank pushes when it finishes one; the trees below are the slow part.
-        for name, records in per_node.items():
-            if records:
-                self._push(self.nodes[name], records)
-        for collectives, records in zip(self.collectives, per_job, strict=True):
+        for job, steps in zip(self.jobs, completed, strict=True):
+            self._report(job, steps, elapsed)
+        for collectives, steps in zip(self.collectives, completed, strict=True):
             try:
-                collectives.write(records)
+                collectives.write([record for _, record in steps])
             except OSError as exc:
                 logger.error("%s: could not write its NCCL Inspector output: %s", collectives.job, exc)
-        position = getattr(self.pusher, "position", None)
-        if position is not None:
-            for job in self.jobs:
-                for state in job.ranks:
-                    position(job.spec.name, state.rank, state.phase, state.alive)
         for name, node in self.nodes.items():
             node.model.tick(dt, elapsed, loads[name], faults)
         for name in self._trees_due(elapsed):
@@ -320,6 +335,35 @@ class SimCluster:
                 self.nodes[name].writer.update()
             except OSError as exc:
                 logger.error("%s: could not write its tree: %s", name, exc)
+
+    def _report(self, job: JobModel, steps: list[tuple[RankState, dict[str, Any]]], elapsed: float) -> None:
+        """What each rank's client sends: its completed steps, then where it is in the open step. A rank
+        whose process died sends nothing more, and its process leaves its node's procfs."""
+        if self.pusher is None:
+            self.pusher = ClientPusher(self.url, process_of=self._process_of)
+        pusher = self.pusher
+        try:
+            by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for state, record in steps:
+                by_node[state.node].append(record)
+            for node, records in by_node.items():
+                pusher.steps(node, job.spec, records)
+            for state in job.ranks:
+                where = job.position(state.rank, elapsed)
+                if where is None and (job.spec.name, state.rank) not in self._exited:
+                    self._exited.add((job.spec.name, state.rank))
+                    self._collectives_of(job.spec.name).exited(state.rank)
+                pusher.position(state.node, job.spec, state.rank, where)
+        except Exception as exc:  # a pusher bug must not stop the cluster's clock
+            logger.error("%s: reporting its ranks failed: %s", job.spec.name, exc)
+
+    def _collectives_of(self, job: str) -> StepCollectives:
+        return next(c for c in self.collectives if c.job == job)
+
+    def _process_of(self, job: str, rank: int) -> tuple[int, int] | None:
+        """(pid, start time) of a simulated rank's process, as its node's procfs shows it."""
+        process = self._collectives_of(job).process(rank)
+        return process.pid, process.start_time
 
     def _trees_due(self, elapsed: float) -> list[str]:
         """Nodes whose tree is written this tick: each once per collection interval (its daemon reads
@@ -334,14 +378,6 @@ class SimCluster:
             after = self._next_tree_write[name] + interval
             self._next_tree_write[name] = after if after > elapsed else elapsed + interval  # late: no catch-up
         return due
-
-    def _push(self, node: SimNode, records: list[dict[str, Any]]) -> None:
-        if self.pusher is None:
-            self.pusher = ClientPusher(self.url)
-        try:
-            self.pusher(node, records)
-        except Exception as exc:  # a pusher bug must not stop the cluster's clock
-            logger.error("%s: push of %d records failed: %s", node.spec.name, len(records), exc)
 
     def start_clock(self) -> None:
         """Simulation time 0 is now: the schedule counts from when everything watching is up, not from

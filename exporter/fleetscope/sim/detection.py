@@ -178,9 +178,10 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
         # A rank waiting for its input arrives last at every collective too: the Inspector names it as well.
         "slow_dataloader": ("TrainingRankInputBound", on_rank,
                             (AlertPattern("TrainingJobSlowdown", on_job), AlertPattern("NcclLateRank", on_rank))),
-        "job_hang": ("TrainingJobHang", {**on_job, "rank": str(int(fault.param("first_rank")))},
-                     (AlertPattern("TrainingRankSilent", on_job), AlertPattern("TrainingLowGpuActivity", on_job))),
-        "rank_dies": ("TrainingRankSilent", on_rank, ()),
+        # The hang alert names the rank that is not waiting in the collective; its idle GPU may show too.
+        "job_hang": ("TrainingJobHang", on_rank, (AlertPattern("TrainingLowGpuActivity", on_job),)),
+        # Its process is gone without a goodbye; its GPU goes idle while the peers wait for it.
+        "rank_dies": ("TrainingRankDead", on_rank, (AlertPattern("TrainingLowGpuActivity", on_job),)),
     }
     name, labels, tolerated = simple[kind]
     return Expectation(fault, (AlertPattern(name, labels),), DETECT_LIMIT, tolerated, note)

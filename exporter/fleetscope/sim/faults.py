@@ -9,10 +9,11 @@ A schedule is YAML (or the same structure built in Python)::
         node: node-03
         gpu: 2
         params: {slowdown: 1.3}
-      - kind: rank_dies
+      - kind: job_hang
         at: 90s
         job: job-b
         rank: 5
+        params: {phase: data}
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FaultKind:
     help: str
     defaults: Mapping[str, float] = field(default_factory=dict)
     required: tuple[str, ...] = ()
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # word params; the first is the default
 
 
 KINDS: dict[str, FaultKind] = {
@@ -65,13 +67,12 @@ KINDS: dict[str, FaultKind] = {
                   {"data_share": 0.4}),
         FaultKind("rank_slow", "rank", "One rank's compute is slower (a straggler without a visible hardware cause).",
                   {"slowdown": 1.3}),
-        FaultKind("job_hang", "job",
-                  "All ranks stop making progress, params.first_rank first, the rest after params.lag s.",
-                  {"first_rank": 0, "lag": 10.0}),
+        FaultKind("job_hang", "rank",
+                  "One rank stalls inside a step (params.phase: data or compute); the others do their part of "
+                  "that step and wait for it in the collective, so no rank completes another step.",
+                  choices={"phase": ("data", "compute")}),
         FaultKind("rank_dies", "rank",
-                  "One rank's process dies and stops pushing; the others keep stepping for params.block_after s "
-                  "(other pipeline/data groups, elastic restarts) and then block.",
-                  {"block_after": 100.0}),
+                  "One rank's process dies; the others wait for it in the collective of that step, for good."),
     )
 }
 
@@ -90,7 +91,7 @@ class Fault:
     device: str | None = None
     job: str | None = None
     rank: int | None = None
-    params: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, float | str] = field(default_factory=dict)
 
     @property
     def spec(self) -> FaultKind:
@@ -98,6 +99,10 @@ class Fault:
 
     def param(self, name: str) -> float:
         return float(self.params.get(name, self.spec.defaults.get(name, 0.0)))
+
+    def choice(self, name: str) -> str:
+        """A word parameter (``phase: data``): the schedule's value, or the kind's first choice."""
+        return str(self.params.get(name, self.spec.choices[name][0]))
 
     def active(self, elapsed: float) -> bool:
         return self.at <= elapsed < self.at + self.duration
@@ -132,12 +137,19 @@ def _parse_fault(index: int, raw: Mapping[str, Any]) -> Fault:
     except ValueError as exc:
         raise ScheduleError(f"{where}: {exc}") from None
     params = dict(raw.get("params") or {})
-    bad = set(params) - set(spec.defaults) - set(spec.required)
+    bad = set(params) - set(spec.defaults) - set(spec.required) - set(spec.choices)
     if bad:
         raise ScheduleError(f"{where}: {kind} takes no params {sorted(bad)}")
     for name in spec.required:
         if name not in params:
             raise ScheduleError(f"{where}: {kind} needs params.{name}")
+    for name, allowed in spec.choices.items():
+        if name in params and params[name] not in allowed:
+            raise ScheduleError(f"{where}: {kind} params.{name} is one of {', '.join(allowed)}")
+    try:
+        values = {k: v if k in spec.choices else float(v) for k, v in params.items()}
+    except (TypeError, ValueError):
+        raise ScheduleError(f"{where}: {kind} params must be numbers (or one of the listed words)") from None
     fault = Fault(
         kind=kind, at=at, duration=duration,
         node=None if raw.get("node") is None else str(raw["node"]),
@@ -145,7 +157,7 @@ def _parse_fault(index: int, raw: Mapping[str, Any]) -> Fault:
         device=None if raw.get("device") is None else str(raw["device"]),
         job=None if raw.get("job") is None else str(raw["job"]),
         rank=None if raw.get("rank") is None else int(raw["rank"]),
-        params={k: float(v) for k, v in params.items()},
+        params=values,
     )
     needs = {
         "gpu": ("node", "gpu"), "efa": ("node",), "ena": ("node",), "node": ("node",),

@@ -174,6 +174,7 @@ class RankProcess:
     host_pid: int
     pid: int  # as the process sees itself (differs from host_pid inside a container)
     hostname: str  # gethostname() of the process: the node, or the pod's name
+    start_time: int = 0  # clock ticks after boot when it started (/proc/<pid>/stat field 22)
 
 
 class InspectorNode:
@@ -197,6 +198,11 @@ class InspectorNode:
         ns = f"{proc.host_pid}\t{proc.pid}" if proc.pid != proc.host_pid else str(proc.host_pid)
         with open(os.path.join(base, "status"), "w", encoding="utf-8") as handle:
             handle.write(f"Name:\tpython3\nPid:\t{proc.host_pid}\nNSpid:\t{ns}\n")
+        with open(os.path.join(base, "stat"), "w", encoding="utf-8") as handle:
+            # Fields 3-24: state, ppid, pgrp, session, tty, tpgid, flags, faults, times, priority, nice,
+            # threads, itrealvalue, starttime (22), vsize, rss.
+            handle.write(f"{proc.host_pid} (python3) S 1 {proc.host_pid} {proc.host_pid} 0 -1 4194560 "
+                         f"0 0 0 0 0 0 0 0 20 0 48 0 {proc.start_time} 0 0\n")
         if slurm_job:
             env = {"SLURM_JOB_ID": slurm_job, "SLURM_PROCID": str(proc.rank), "SLURM_LOCALID": str(proc.local_rank)}
             cgroup = f"0::/system.slice/slurmstepd.scope/job_{slurm_job}/step_0/user/task_{proc.local_rank}"
@@ -215,6 +221,12 @@ class InspectorNode:
         with open(path, "w"):  # the plugin creates its file with fopen("w") at its first dump
             pass
         self._files[proc.host_pid] = path
+
+    def remove_process(self, proc: RankProcess) -> None:
+        """The process exited and was reaped: its procfs entries go; its output file stays, as the plugin's does."""
+        import shutil
+
+        shutil.rmtree(os.path.join(self.procfs, str(proc.host_pid)), ignore_errors=True)
 
     def path_of(self, proc: RankProcess) -> str:
         return self._files[proc.host_pid]
@@ -347,13 +359,17 @@ class StepCollectives:
     _comm: str = ""
     _sequence: int = 0
 
-    def start(self) -> None:
-        """Create every rank's procfs entries and (empty) output file."""
+    def start(self, start_ticks: Mapping[str, int] | None = None) -> None:
+        """Create every rank's procfs entries and (empty) output file.
+
+        ``start_ticks``: per node, clock ticks after its boot when the job's processes started.
+        """
         for index, (name, node) in enumerate(self.nodes):
             for local in range(self.ranks_per_node):
                 rank = index * self.ranks_per_node + local
                 pid = rank_pid(local)
-                proc = RankProcess(rank, local, self.job, host_pid=pid, pid=pid, hostname=name)
+                started = (start_ticks or {}).get(name, 0) + local  # the launcher starts them a tick apart
+                proc = RankProcess(rank, local, self.job, host_pid=pid, pid=pid, hostname=name, start_time=started)
                 node.add_process(proc)
                 self._procs[rank] = (node, proc)
         world = len(self._procs)
@@ -362,6 +378,15 @@ class StepCollectives:
         spec = CollectiveSpec("AllReduce", self.bucket_bytes, self.buckets, bus_bandwidth=bus_gbs * 1e9 / per_bucket)
         self._model = CollectiveModel([spec], world, rng=random.Random(self.seed))
         self._comm = comm_id(self.seed)
+
+    def process(self, rank: int) -> RankProcess:
+        """The rank's process: what its client reports as its pid and start time."""
+        return self._procs[rank][1]
+
+    def exited(self, rank: int) -> None:
+        """The rank's process died: it is gone from its node's procfs."""
+        node, proc = self._procs[rank]
+        node.remove_process(proc)
 
     def write(self, records: Sequence[Mapping[str, Any]]) -> None:
         """One dump per rank for the steps in ``records`` (step records as the job pushes them)."""

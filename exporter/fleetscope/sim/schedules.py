@@ -12,7 +12,7 @@ DEMO_SCHEDULE: dict[str, Any] = {
         {"kind": "efa_retransmits", "at": "2m", "node": "node-05", "device": "rdmap16s27"},
         {"kind": "xid", "at": "3m", "node": "node-06", "gpu": 5, "params": {"xid": 48}},
         {"kind": "tcp_retransmit_storm", "at": "4m", "duration": "4m", "node": "node-02"},
-        {"kind": "job_hang", "at": "5m", "job": "job-b", "params": {"first_rank": 20, "lag": 10}},
+        {"kind": "job_hang", "at": "5m", "job": "job-b", "rank": 20, "params": {"phase": "data"}},
     ],
 }
 

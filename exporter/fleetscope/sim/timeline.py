@@ -53,12 +53,10 @@ def fault_target(fault: Fault, cluster: ClusterSpec) -> str:
     """Where a fault strikes, with the rank or GPU on the other side: ``node-01 gpu 3 (job-a rank 11)``."""
     if fault.job is not None:
         job = cluster.job(fault.job)
-        rank = fault.rank if fault.rank is not None else (
-            int(fault.param("first_rank")) if fault.kind == "job_hang" else None)
-        if rank is None:
+        if fault.rank is None:
             return fault.job
-        node, gpu = job.placement(rank)
-        return f"{fault.job} rank {rank} ({node} gpu {gpu})"
+        node, gpu = job.placement(fault.rank)
+        return f"{fault.job} rank {fault.rank} ({node} gpu {gpu})"
     node = fault.node or ""
     text = node
     if fault.gpu is not None:
@@ -82,6 +80,9 @@ def describe(fault: Fault) -> str:
         xid = int(fault.param("xid"))
         mnemonic, action = XID_CATALOG.get(xid, ("", "UNKNOWN"))
         return f"the driver logs Xid {xid}{f' ({mnemonic})' if mnemonic else ''}, catalog action {action}."
+    if fault.kind == "job_hang":
+        return (f"the rank stalls inside its {fault.choice('phase')} phase; the others finish their part of the "
+                "step and wait for it in the collective, so no rank completes another step.")
     return KINDS[fault.kind].help
 
 

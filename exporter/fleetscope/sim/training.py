@@ -1,24 +1,34 @@
-"""Synthetic training jobs: synchronous data-parallel ranks that produce step records.
+"""Synthetic training jobs: synchronous data-parallel ranks shaped like real ones.
 
-Every rank does its own data wait and compute, then all ranks meet in a
-collective: the step ends for everyone when the slowest rank arrives, so a
-slow rank shows up as longer *compute* on itself and longer *comm* (waiting)
-on all the others, which is what the straggler rules compare. A slower GPU
-(throttled, or a rank_slow fault) stretches only the accelerator share of the
-compute: host work (Python, kernel launches) keeps the CPU's pace. Ranks leave
-a collective a few milliseconds apart (a real 8-rank job's last-step times
-spread over 6-9 ms). Step times carry a few percent of jitter and a slow drift.
+A step, for every rank: its own data wait, then its compute (host work plus accelerator time),
+then the collective, which ends for everyone once the slowest rank has arrived and the
+transfer itself is done. So:
+
+* a slow rank shows up as longer *compute* (or *data*) on itself and longer *comm* (waiting in
+  the collective) on every other rank, which is what the straggler rules compare;
+* a throttled GPU stretches only the accelerator share of the compute; host work (Python,
+  kernel launches, the optimizer's bookkeeping) runs at the CPU's pace;
+* every rank completes the same steps: nobody finishes step k+1 before all have finished k;
+* a rank that stalls (a hung data loader, a stuck kernel) stalls *inside* a step: its peers do
+  their own part of that step and then wait in the collective, so no rank ever completes it, and
+  every rank's last completed step is the same one. Only where the ranks are inside the open
+  step tells the culprit from its peers: it sits in data or compute, they sit in comm;
+* a rank whose process dies leaves its peers waiting in the collective of the step it died in.
+
+Ranks leave a collective a few milliseconds apart (the last step's timestamps of a real 8-rank
+job spread over 6-9 ms), and step times carry a few percent of jitter and a slow drift.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fleetscope.sim.faults import Fault
+
+Phase = Literal["data", "compute", "comm"]
 
 
 @dataclass(frozen=True)
@@ -62,22 +72,50 @@ class RankState:
     rank: int
     local_rank: int
     node: str
-    steps: int = 0
+    steps: int = 0  # completed steps
     last_step_time: float = 0.0
     alive: bool = True
-    stalled: bool = False  # no progress (a hang, or blocked on a dead peer)
-    phase: str = "compute"  # where the rank is, as its client reports it: a stalled rank's tells the hang apart
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a live rank is inside its open step (what a rank reports while a step is open)."""
+
+    step: int  # the open step's number
+    phase: Phase
+    since: float  # simulation time the phase began
+
+
+@dataclass
+class OpenStep:
+    """The step every rank is in: when each rank ends its data wait and reaches the collective, and
+    when (if ever) the collective completes."""
+
+    number: int
+    start: float
+    data_end: dict[int, float]  # rank -> simulation time its data wait ends (inf: never)
+    arrive: dict[int, float]  # rank -> simulation time it reaches the collective (inf: never)
+    collective: float  # the transfer itself, once everyone is there
+    dead: dict[int, float] = field(default_factory=dict)  # rank -> time its process died in this step
+    stalled_at: float = math.inf  # when a rank stalled for good or died: the step can no longer complete
+
+    @property
+    def end(self) -> float:
+        """When the collective completes for everyone: never if a rank never arrives or died."""
+        if self.dead:
+            return math.inf
+        return max(self.arrive.values()) + self.collective
 
 
 @dataclass
 class JobModel:
-    """One job's ranks and the clock of its next step."""
+    """One job's ranks and its open step."""
 
     spec: JobSpec
     seed: int
     start: float = 0.0  # simulation time the job starts
     ranks: list[RankState] = field(default_factory=list)
-    next_step_end: float = 0.0
+    current: OpenStep | None = None
     _rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -87,7 +125,6 @@ class JobModel:
             for n, node in enumerate(self.spec.nodes)
             for lr in range(self.spec.ranks_per_node)
         ]
-        self.next_step_end = self.start + self.spec.step_seconds
 
     def rank_on(self, node: str, gpu: int) -> RankState | None:
         rank = self.spec.rank_at(node, gpu)
@@ -96,7 +133,6 @@ class JobModel:
     # -- fault effects ------------------------------------------------------------------------
 
     def _accelerator_factor(self, state: RankState, faults: list[Fault]) -> float:
-        """How much longer this rank's GPU takes for its kernels (a slowdown fault's ``slowdown``)."""
         factor = 1.0
         for fault in faults:
             on_gpu = fault.kind in ("thermal_throttle", "hw_slowdown") and fault.node == state.node \
@@ -113,31 +149,59 @@ class JobModel:
                 extra += fault.param("data_share") * self.spec.step_seconds
         return extra
 
-    def _apply_liveness(self, faults: Iterable[Fault], now: float) -> None:
-        for fault in faults:
-            if fault.job != self.spec.name or now < fault.at:
-                continue
-            if fault.kind == "rank_dies":
-                for state in self.ranks:
-                    if state.rank == fault.rank:
-                        state.alive = False
-                        state.stalled = True
-                    elif now >= fault.at + fault.param("block_after"):
-                        # Sooner or later the survivors need the dead rank in a collective and block.
-                        state.stalled, state.phase = True, "comm"
-            elif fault.kind == "job_hang":
-                first = int(fault.param("first_rank"))
-                for state in self.ranks:
-                    if state.rank == first:
-                        state.stalled, state.phase = True, "data"  # its loader stopped answering
-                    elif now >= fault.at + fault.param("lag"):
-                        state.stalled, state.phase = True, "comm"  # waiting for it in the collective
+    def _mine(self, faults: list[Fault], kind: str) -> list[Fault]:
+        return [f for f in faults if f.kind == kind and f.job == self.spec.name and f.rank is not None]
 
-    def busy(self) -> float:
-        """How busy this job keeps its GPUs and network (0 when it makes no progress)."""
-        return 0.0 if all(s.stalled for s in self.ranks) else 0.95
+    def _stall(self, step: OpenStep, faults: list[Fault]) -> None:
+        """A hung rank stops inside the phase the fault names, from the fault's start to its end (forever,
+        for a fault without one): that phase, and so its arrival at the collective, lasts that much longer."""
+        for fault in self._mine(faults, "job_hang"):
+            rank = int(fault.rank or 0)
+            in_data = fault.choice("phase") == "data"
+            begin = step.start if in_data else step.data_end[rank]
+            end = step.data_end[rank] if in_data else step.arrive[rank]
+            stalled_from = max(begin, fault.at)
+            if fault.at >= end or stalled_from >= fault.at + fault.duration:
+                continue  # the phase was over before the stall, or the stall is over before the phase
+            extra = fault.at + fault.duration - stalled_from
+            if math.isinf(extra):
+                step.stalled_at = min(step.stalled_at, stalled_from)
+            if in_data:
+                step.data_end[rank] += extra
+            step.arrive[rank] += extra
+
+    def _deaths(self, step: OpenStep, faults: list[Fault]) -> None:
+        """A rank that dies before the collective completes takes the step with it: its peers wait there."""
+        for fault in self._mine(faults, "rank_dies"):
+            rank = int(fault.rank or 0)
+            if fault.at < step.end:
+                step.dead[rank] = max(fault.at, step.start)
+                step.stalled_at = min(step.stalled_at, step.dead[rank])
 
     # -- steps ---------------------------------------------------------------------------------
+
+    def _open(self, number: int, start: float, faults: list[Fault]) -> OpenStep:
+        spec = self.spec
+        active = [f for f in faults if f.active(start)]
+        drift = 1.0 + spec.drift_amplitude * math.sin(2 * math.pi * (start - self.start) / spec.drift_period)
+        base_compute = spec.step_seconds * spec.compute_share * drift
+        data_end: dict[int, float] = {}
+        arrive: dict[int, float] = {}
+        for state in self.ranks:
+            data = spec.step_seconds * spec.data_share * (1 + self._rng.uniform(-0.2, 0.2)) \
+                + self._extra_data(state, active)
+            own = base_compute * (1 + self._rng.gauss(0, spec.jitter))
+            accelerator = own * spec.accelerator_share * self._accelerator_factor(state, active)
+            compute = max(own * (1 - spec.accelerator_share) + accelerator, 1e-3)
+            data_end[state.rank] = start + data
+            arrive[state.rank] = start + data + compute
+        # The collective itself: the part no rank can hide, once all are there.
+        collective = spec.step_seconds * spec.comm_share * drift \
+            * (1 + abs(self._rng.gauss(0, spec.jitter)))
+        step = OpenStep(number, start, data_end, arrive, collective)
+        self._stall(step, faults)
+        self._deaths(step, faults)
+        return step
 
     def advance(self, now: float, wall_offset: float, faults: list[Fault]) -> list[tuple[RankState, dict[str, Any]]]:
         """Complete every step that ends by simulation time ``now``; returns (rank, record) pairs.
@@ -145,43 +209,63 @@ class JobModel:
         ``wall_offset`` turns simulation time into Unix time for the records' timestamps.
         """
         records: list[tuple[RankState, dict[str, Any]]] = []
-        spec = self.spec
-        while self.next_step_end <= now:
-            step_end = self.next_step_end
-            active = [f for f in faults if f.active(step_end)]
-            self._apply_liveness(faults, step_end)
-            working = [s for s in self.ranks if s.alive and not s.stalled]
-            if not working:
-                self.next_step_end = now + spec.step_seconds
-                break
-            drift = 1.0 + spec.drift_amplitude * math.sin(2 * math.pi * (step_end - self.start) / spec.drift_period)
-            base_compute = spec.step_seconds * spec.compute_share * drift
-            base_data = spec.step_seconds * spec.data_share
-            own: dict[int, tuple[float, float]] = {}
+        if self.current is None:
+            self.current = self._open(1, self.start, faults)
+        while self.current.end <= now:
+            step = self.current
+            end = step.end
             for state in self.ranks:
-                data = base_data * (1 + self._rng.uniform(-0.2, 0.2)) + self._extra_data(state, active)
-                work = base_compute * (1 + self._rng.gauss(0, spec.jitter))
-                accelerator = work * spec.accelerator_share * self._accelerator_factor(state, active)
-                own[state.rank] = (data, max(work * (1 - spec.accelerator_share) + accelerator, 1e-3))
-            # The collective itself (the part no rank can hide), then everyone leaves together.
-            collective = spec.step_seconds * spec.comm_share * drift \
-                * (1 + abs(self._rng.gauss(0, spec.jitter)))
-            slowest = max(d + c for d, c in own.values())
-            step_seconds = slowest + collective
-            for state in working:
-                data, compute = own[state.rank]
-                state.steps += 1
-                state.last_step_time = step_end
+                # Each rank leaves the collective a little apart; its step runs from its previous exit.
+                exit_at = end + self._rng.uniform(0.0, self.spec.exit_skew)
+                began = state.last_step_time if state.steps else step.start
+                step_seconds = exit_at - began
+                data = step.data_end[state.rank] - step.start
+                compute = step.arrive[state.rank] - step.data_end[state.rank]
+                state.steps = step.number
+                state.last_step_time = exit_at
                 loss = 2.1 + 7.5 / (1 + state.steps / 150) + self._rng.gauss(0, 0.03)
                 records.append((state, {
-                    "job": spec.name, "rank": state.rank, "local_rank": state.local_rank, "step": state.steps,
+                    "job": self.spec.name, "rank": state.rank, "local_rank": state.local_rank, "step": state.steps,
                     "step_seconds": round(step_seconds, 6), "data_seconds": round(data, 6),
                     "compute_seconds": round(compute, 6),
                     "comm_seconds": round(max(0.0, step_seconds - data - compute), 6),
-                    "tokens": spec.tokens_per_rank_step, "samples": spec.samples_per_rank_step,
-                    "loss": round(loss, 5), "world_size": spec.world_size, "pp_stage": 0,
-                    "dp_rank": state.rank, "gpu": state.local_rank,
-                    "timestamp": wall_offset + step_end + self._rng.uniform(0.0, spec.exit_skew),
+                    "tokens": self.spec.tokens_per_rank_step, "samples": self.spec.samples_per_rank_step,
+                    "loss": round(loss, 5), "world_size": self.spec.world_size, "pp_stage": 0,
+                    "dp_rank": state.rank, "gpu": state.local_rank, "timestamp": wall_offset + exit_at,
                 }))
-            self.next_step_end = step_end + step_seconds
+            self.current = self._open(step.number + 1, end, faults)
+        for rank, died in self.current.dead.items():
+            if died <= now:
+                self.ranks[rank].alive = False
         return records
+
+    def position(self, rank: int, now: float) -> Position | None:
+        """Where ``rank`` is inside the open step at simulation time ``now`` (None: its process is gone)."""
+        step = self.current
+        if step is None or not self.ranks[rank].alive:
+            return None
+        if now < step.data_end[rank]:
+            return Position(step.number, "data", step.start)
+        if now < step.arrive[rank]:
+            return Position(step.number, "compute", step.data_end[rank])
+        return Position(step.number, "comm", step.arrive[rank])
+
+    def stuck(self, now: float = math.inf) -> bool:
+        """By simulation time ``now`` a rank has stalled for good or died: no step completes any more."""
+        return self.current is not None and not math.isinf(self.current.stalled_at) \
+            and self.current.stalled_at <= now
+
+    def busy(self, now: float) -> float:
+        """How busy this job keeps its network (0 once it is stuck: nothing moves)."""
+        return 0.0 if self.stuck(now) else 0.95
+
+    def gpu_busy(self, rank: int, now: float) -> float:
+        """How busy ``rank`` keeps its GPU. In a stuck job the peers' NCCL kernels spin in the collective
+        and a kernel that never finishes keeps its GPU busy too, as NVML reports them; only a rank stalled
+        waiting for its input, or whose process died, leaves its GPU idle."""
+        where = self.position(rank, now)
+        if where is None:
+            return 0.0
+        if self.stuck(now) and where.phase == "data":
+            return 0.0
+        return 0.95
