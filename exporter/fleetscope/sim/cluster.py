@@ -29,6 +29,9 @@ from fleetscope.sim.tree import NodePaths, TreeWriter
 
 logger = logging.getLogger("fleetscope.sim")
 CLOCK_TICKS = 100  # USER_HZ: /proc/<pid>/stat's start time is in these after boot
+# Twenty daemons share two cores here, not one daemon a node: a report answered after the client's 2 s
+# counts as failed and backs off (up to 30 s), so steps reached Prometheus late enough to look like a hang.
+SEND_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,8 @@ class ClientPusher:
             local = rank % job.ranks_per_node
             tracker = self._trackers[key] = StepTracker(
                 job=job.name, rank=rank, local_rank=local, world_size=job.world_size, pp_stage=0, dp_rank=rank,
-                gpu=local, url=self._url_of(node), flush_interval=self._flush_interval, environ={},
+                gpu=local, url=self._url_of(node), flush_interval=self._flush_interval, timeout=SEND_TIMEOUT,
+                environ={},
             )
             process = self._process_of(job.name, rank) if self._process_of is not None else None
             if process is not None and tracker.sender.rank_fields is not None:
