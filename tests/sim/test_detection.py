@@ -104,6 +104,7 @@ def test_expectations_follow_the_cluster_layout():
         "GpuThrottled{gpu=3, instance=node-01}", "TrainingStragglerRank{rank=11, training_job=job-a}",
         "NcclLateRank{rank=11, training_job=job-a}"]
     assert [p.describe() for p in slowdown.expected][1] == "TrainingStragglerRank{rank=21, training_job=job-a}"
+    assert "TrainingNodeRepeatedlySlow{instance=node-02}" in [p.describe() for p in slowdown.tolerated]
     assert loader.expected[0].describe() == "TrainingRankInputBound{rank=4, training_job=job-a}"
     # A rank late for its input is late at every collective: the Inspector's alert may name it too.
     assert "NcclLateRank{rank=4, training_job=job-a}" in [p.describe() for p in loader.tolerated]

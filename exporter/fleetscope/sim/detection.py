@@ -153,7 +153,8 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
             fault,
             (AlertPattern("GpuThrottled", on_gpu), AlertPattern("TrainingStragglerRank", straggler),
              AlertPattern("NcclLateRank", straggler)),
-            DETECT_LIMIT, (*gpu_alerts, AlertPattern("TrainingJobSlowdown", {"training_job": job.name})), note,
+            DETECT_LIMIT, (*gpu_alerts, AlertPattern("TrainingJobSlowdown", {"training_job": job.name}),
+                           AlertPattern("TrainingNodeRepeatedlySlow", {"instance": node})), note,
         )
     if kind == "xid":
         xid = int(fault.param("xid"))
@@ -164,7 +165,11 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
     on_rank: dict[str, str | tuple[str, ...]] = {**on_job, "rank": str(fault.rank)}
     if kind == "rank_slow":  # a straggler: its step timings and the NCCL Inspector both name it
         named = (AlertPattern("TrainingStragglerRank", on_rank), AlertPattern("NcclLateRank", on_rank))
-        return Expectation(fault, named, DETECT_LIMIT, (AlertPattern("TrainingJobSlowdown", on_job),), note)
+        rank_node = cluster.job(job_name).placement(int(fault.rank or 0))[0]
+        # A straggler flagged in more than one window (compressed windows flap) marks its node a repeat offender.
+        consequences = (AlertPattern("TrainingJobSlowdown", on_job),
+                        AlertPattern("TrainingNodeRepeatedlySlow", {"instance": rank_node}))
+        return Expectation(fault, named, DETECT_LIMIT, consequences, note)
     simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
         "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
         "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
