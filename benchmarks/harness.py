@@ -319,7 +319,7 @@ class Services:
     def __init__(self) -> None:
         self.started: list[Service] = []
 
-    def start(self, *services: Service, ready_timeout: float = 90.0) -> None:
+    def start(self, *services: Service, ready_timeout: float = 240.0) -> None:
         for service in services:
             service.start()
             self.started.append(service)
