@@ -562,6 +562,7 @@ class PushOutcome:
     requests: int
     errors: int
     seconds: float
+    busy: int = 0  # 503 answers (push.max-inflight-bytes reached), retried after Retry-After as the client does
 
     @property
     def records_per_second(self) -> float:
@@ -581,7 +582,7 @@ def push_load(port: int, ranks: int, mode: str, batch: int, max_requests_per_ran
     """
     if mode not in ("post", "put"):
         raise ValueError(mode)
-    counts = [0, 0, 0]  # records, requests, errors
+    counts = [0, 0, 0, 0]  # records, requests, errors, busy
     lock = threading.Lock()
     start_gate = threading.Barrier(ranks + 1)
     deadline_box: list[float] = [0.0]
@@ -589,7 +590,7 @@ def push_load(port: int, ranks: int, mode: str, batch: int, max_requests_per_ran
     def worker(rank: int) -> None:
         client = KeepAliveClient(port)
         step = 0
-        records = requests = errors = 0
+        records = requests = errors = busy = 0
         start_gate.wait()
         try:
             for _ in range(max_requests_per_rank):
@@ -605,10 +606,15 @@ def push_load(port: int, ranks: int, mode: str, batch: int, max_requests_per_ran
                     path, method = f"/metrics/job/{job}/rank/{rank}", "PUT"
                     headers = {"Content-Type": "text/plain; version=0.0.4"}
                     sent = 1
-                try:
-                    status, _ = client.request(method, path, body=body, headers=headers)
-                except OSError:
-                    status = 0
+                while True:
+                    try:
+                        status, _ = client.request(method, path, body=body, headers=headers)
+                    except OSError:
+                        status = 0
+                    if status != 503 or time.monotonic() > deadline_box[0]:
+                        break
+                    busy += 1
+                    time.sleep(1.0)  # the daemon's Retry-After
                 requests += 1
                 if 200 <= status < 300:
                     records += sent
@@ -621,6 +627,7 @@ def push_load(port: int, ranks: int, mode: str, batch: int, max_requests_per_ran
                 counts[0] += records
                 counts[1] += requests
                 counts[2] += errors
+                counts[3] += busy
 
     threads = [threading.Thread(target=worker, args=(r,), name=f"pusher-{r}") for r in range(ranks)]
     for thread in threads:
@@ -631,7 +638,7 @@ def push_load(port: int, ranks: int, mode: str, batch: int, max_requests_per_ran
     for thread in threads:
         thread.join(timeout=max_seconds + 30)
     elapsed = time.perf_counter() - t0
-    return PushOutcome(counts[0], counts[1], counts[2], elapsed)
+    return PushOutcome(counts[0], counts[1], counts[2], elapsed, counts[3])
 
 
 class RankFleet:

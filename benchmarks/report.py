@@ -511,7 +511,9 @@ def _push(add: Add, r: Results) -> None:
             add(f"Memory under the largest bodies: 8 ranks at once, each posting "
                 f"{b.requests // 8 if b.requests else 0} bodies of {node.burst_records_per_body:,} records (just "
                 f"under `push.max-body-bytes`, 1 MiB): {b.records:,} records accepted, {b.errors} errors, peak RSS "
-                f"after it **{mib(node.peak_rss_after_burst)}**.")
+                f"after it **{mib(node.peak_rss_after_burst)}**"
+                + (f" ({b.busy} answers of 503 while `push.max-inflight-bytes` was reached, each body sent again "
+                   "after its Retry-After, as the client does)." if b.busy else "."))
             add("")
     add("### Push endpoint vs Pushgateway")
     add("")

@@ -86,7 +86,8 @@ def test_hard_tree_is_issue_16s_node(tmp_path: Path) -> None:
     tree = SimTree(NodeShape("t"), str(tmp_path / "node"), hard=True)
     tree.tick(1.0)
     assert tree.efa_counters() == 32 * 36 - 2  # two of them unreadable
-    config = load({"path.sysfs": tree.paths.sysfs, "path.procfs": tree.paths.procfs}, environ={})
+    config = load({"path.sysfs": tree.paths.sysfs, "path.procfs": tree.paths.procfs,
+                   "collector.efa.detail": "all"}, environ={})  # every device and port counter, not node sums
     efa = collector_class(REGISTRY["efa"])(config)
     counters = [s for f in efa.collect() for s in f.samples if s.name.endswith("_total")]
     assert len(counters) == tree.efa_counters()  # the unreadable two are left out, every other one is read
