@@ -613,6 +613,25 @@ def _kubernetes(add: Add, r: Results) -> None:
     add("")
 
 
+
+def render_budget() -> list[str]:
+    """Series per p5 node per collector and detail level (counted by tests/test_series_budget.py), and where the
+    fleet-scale figures are."""
+    from fleetscope.catalog import series_budget_table
+
+    return [
+        "## Series per node and detail level",
+        "",
+        "What one p5.48xlarge costs per collector at `--collector.<name>.detail=default` (what every alert, rule and",
+        "dashboard reads) and `=all` (every EFA device and port, every NVLink); counted on the simulated node by",
+        "`tests/test_series_budget.py`, which fails when these change (`docs/metrics.md` says what each level",
+        "exports per metric). Rules and dashboards at 512 to 2,048 such nodes: `docs/benchmarks-fleet.md`",
+        "(`python3 benchmarks/fleet.py`).",
+        "",
+        *series_budget_table(),
+        "",
+    ]
+
 def render(r: Results, date: str, quick: bool, wall_seconds: float) -> str:
     lines: list[str] = []
     add = lines.append
@@ -643,6 +662,7 @@ def render(r: Results, date: str, quick: bool, wall_seconds: float) -> str:
     _node(add, r)
     _push(add, r)
     _series(add, r)
+    lines.extend(render_budget())
     if r.nccl is not None:
         lines.extend(render_nccl(r.nccl))
     _profiles(add, r)

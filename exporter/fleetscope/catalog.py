@@ -31,8 +31,25 @@ def _row(spec: MetricSpec, levels: bool) -> str:
             f"{spec.help.replace('|', '/')} |")
 
 
-def _levels_section() -> list[str]:
+def series_budget_table() -> list[str]:
+    """Series per p5 node, per collector and detail level (docs/metrics.md and docs/benchmarks.md print it)."""
     header = " | ".join(f"`{level}`" for level in DETAIL_LEVELS)
+    lines = [
+        f"| collector | setting | {header} |",
+        "|---|---|" + "---:|" * len(DETAIL_LEVELS),
+    ]
+    for collector, counts in budget.P5_SERIES.items():
+        setting = f"`--collector.{collector}.detail`" if counts["default"] != counts["all"] else ""
+        cells = " | ".join(f"{counts[level]:,}" for level in DETAIL_LEVELS)
+        lines.append(f"| {collector} | {setting} | {cells} |")
+    prometheus = " | ".join(f"{budget.PROMETHEUS_PER_TARGET}" for _ in DETAIL_LEVELS)
+    lines.append(f"| Prometheus's own per target (`up`, `scrape_*`) |  | {prometheus} |")
+    totals = " | ".join(f"**{budget.p5_total(level):,}**" for level in DETAIL_LEVELS)
+    lines.append(f"| **per node** |  | {totals} |")
+    return lines
+
+
+def _levels_section() -> list[str]:
     lines = [
         "## Detail levels and the series they cost",
         "",
@@ -46,17 +63,8 @@ def _levels_section() -> list[str]:
         f"Series per node, counted on a simulated {budget.P5_NODE} (`tests/test_series_budget.py` keeps",
         f"these figures true). The budget at `default` is {budget.BUDGET:,} per node.",
         "",
-        f"| collector | setting | {header} |",
-        "|---|---|" + "---:|" * len(DETAIL_LEVELS),
+        *series_budget_table(),
     ]
-    for collector, counts in budget.P5_SERIES.items():
-        setting = f"`--collector.{collector}.detail`" if counts["default"] != counts["all"] else ""
-        cells = " | ".join(f"{counts[level]:,}" for level in DETAIL_LEVELS)
-        lines.append(f"| {collector} | {setting} | {cells} |")
-    prometheus = " | ".join(f"{budget.PROMETHEUS_PER_TARGET}" for _ in DETAIL_LEVELS)
-    lines.append(f"| Prometheus's own per target (`up`, `scrape_*`) |  | {prometheus} |")
-    totals = " | ".join(f"**{budget.p5_total(level):,}**" for level in DETAIL_LEVELS)
-    lines.append(f"| **per node** |  | {totals} |")
     lines += [
         "",
         "Not in these figures: Xids (one series per GPU and Xid code seen), `fleetscope_gpu_job_info` (one per",
