@@ -1,26 +1,24 @@
 """The series budget (#15): a p5 node at the default detail level stays within fleetscope.metrics.budget.BUDGET,
 every metric a rule or dashboard reads is exported there, and no stored series carries more than 15 labels.
 
-The node is the simulator's p5.48xlarge (its kernel trees, ENA state file and NVML fake) read by the real
+The node is the simulator's p5.48xlarge (benchmarks/fleet.py, which copies it into a fleet) read by the real
 collectors through the real daemon, with 8 ranks pushing steps; one scrape per level.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.fleet import scrape_p5_node
 from fleetscope.metrics import ALL_TABLES, BY_NAME, MetricSpec, budget
 from fleetscope.metrics.spec import DetailLevel
 from tests.conftest import ROOT
@@ -32,7 +30,6 @@ SCRAPE_LABELS = {"job", "instance"}
 METRIC_NAME = re.compile(r"(?<![\w:])fleetscope_[a-z0-9_]+\b(?!:)")
 SELECTOR = re.compile(r"(?<![\w:])(fleetscope_[a-z0-9_]+)\{([^{}]*)\}")
 MATCHER_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
-ENA_INTERFACES = ("ens32", "ens64", "ens96", "ens128")
 
 
 def owner(name: str) -> str:
@@ -42,52 +39,9 @@ def owner(name: str) -> str:
     raise KeyError(name)
 
 
-def scrape_p5(root: Path, level: DetailLevel) -> str:
-    """One scrape of a simulated p5 node's daemon at ``level``, after two collections (GPM needs two samples)."""
-    from fleetscope.daemon import build_daemon
-    from fleetscope.nvml_fake import uninstall
-    from fleetscope.sim.gpufeed import GpuFeed
-    from fleetscope.sim.node import Load, NodeModel
-    from fleetscope.sim.nodeproc import build_node_collectors, node_config
-    from fleetscope.sim.profiles import P5
-    from fleetscope.sim.tree import NodePaths, TreeWriter
-
-    profile = dataclasses.replace(P5, ena_interfaces=ENA_INTERFACES)
-    paths = NodePaths(str(root))
-    model = NodeModel("p5-budget", 0, profile, seed=7)
-    writer = TreeWriter(model, paths)
-    writer.setup()
-    model.tick(1.0, 1.0, Load(gpu_busy=dict.fromkeys(range(8), 0.9), network=0.8), [])
-    writer.update()
-    config = node_config(paths, "127.0.0.1:0", 15.0, {
-        "collector.efa.detail": level, "collector.gpu.detail": level})
-    GpuFeed(paths).install()
-    try:
-        daemon = build_daemon(config, collectors=build_node_collectors(config, paths))
-        from fleetscope.engine import CollectorRunner
-
-        for _ in range(2):
-            for runner in daemon.engine.runners:
-                if isinstance(runner, CollectorRunner):  # live ones are read at scrape time
-                    status = runner.run_once().status
-                    assert status == ("no_hardware" if runner.name == "nccl" else "ok"), runner.name
-        with TestClient(daemon.app) as client:
-            for rank in range(8):
-                record = {"job": "llama", "rank": rank, "local_rank": rank, "world_size": 64, "gpu": rank,
-                          "step": 10, "step_seconds": 1.0, "timestamp": time.time(), "data_seconds": 0.02,
-                          "compute_seconds": 0.78, "comm_seconds": 0.2, "tokens": 32768, "samples": 8, "loss": 2.5}
-                assert client.post("/api/v1/steps", json=record).status_code == 200
-            response = client.get("/metrics")
-        daemon.engine.stop()
-    finally:
-        uninstall()
-    assert response.status_code == 200
-    return response.text
-
-
 @pytest.fixture(scope="module")
 def scrapes(tmp_path_factory: pytest.TempPathFactory) -> dict[DetailLevel, str]:
-    return {level: scrape_p5(tmp_path_factory.mktemp(f"p5-{level}"), level) for level in ("default", "all")}
+    return {level: scrape_p5_node(tmp_path_factory.mktemp(f"p5-{level}"), level) for level in ("default", "all")}
 
 
 def samples(text: str) -> Iterator[tuple[str, dict[str, str]]]:

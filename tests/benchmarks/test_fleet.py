@@ -1,0 +1,103 @@
+"""The fleet benchmark's data (benchmarks/fleet.py): one node's series copied into a fleet, served as targets."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.fleet import (
+    JOBS,
+    SLOW_JOBS,
+    FleetServer,
+    TemplateSeries,
+    fleet_series,
+    rules_for_bench,
+    scrape_config,
+    template,
+)
+from benchmarks.harness import http_get
+from tests.conftest import ROOT
+
+NODE = """\
+# HELP fleetscope_training_steps_total Steps.
+# TYPE fleetscope_training_steps_total counter
+fleetscope_training_steps_total{local_rank="0",pp_stage="",rank="0",training_job="llama"} 1.0
+fleetscope_training_steps_total{local_rank="1",pp_stage="",rank="1",training_job="llama"} 1.0
+# HELP fleetscope_training_compute_seconds_total Compute.
+# TYPE fleetscope_training_compute_seconds_total counter
+fleetscope_training_compute_seconds_total{local_rank="0",pp_stage="",rank="0",training_job="llama"} 0.78
+fleetscope_training_compute_seconds_total{local_rank="2",pp_stage="",rank="2",training_job="llama"} 0.78
+# HELP fleetscope_gpu_temperature_celsius Temperature.
+# TYPE fleetscope_gpu_temperature_celsius gauge
+fleetscope_gpu_temperature_celsius{gpu="3",uuid="GPU-3"} 60.0
+"""
+LABELS = re.compile(r'(\w+)="([^"]*)"')
+
+
+def node() -> list[TemplateSeries]:
+    return template(NODE)
+
+
+def labels_of(prefix: str) -> dict[str, str]:
+    return dict(LABELS.findall(prefix))
+
+
+def test_template_reads_counters_and_gauges() -> None:
+    series = node()
+    assert [(s.name, s.counter) for s in series] == [
+        ("fleetscope_training_steps_total", True), ("fleetscope_training_steps_total", True),
+        ("fleetscope_training_compute_seconds_total", True), ("fleetscope_training_compute_seconds_total", True),
+        ("fleetscope_gpu_temperature_celsius", False)]
+
+
+def test_every_rank_has_its_place_in_its_job() -> None:
+    nodes = 2 * JOBS
+    fleet = fleet_series(nodes, node())
+    assert len(fleet) == nodes and {len(own) for own in fleet} == {len(node())}
+    steps = [labels_of(s.prefix) for own in fleet for s in own
+             if s.prefix.startswith("fleetscope_training_steps_total")]
+    assert len({(s["training_job"], s["rank"]) for s in steps}) == len(steps) == nodes * 2
+    assert {s["training_job"] for s in steps} == {f"job-{j:02d}" for j in range(JOBS)}
+    assert {s["rank"] for s in steps if s["training_job"] == "job-00"} == {"0", "1", "8", "9"}
+    assert not any("instance" in labels_of(s.prefix) for own in fleet for s in own)  # Prometheus adds it
+
+
+def test_a_slow_rank_computes_longer_and_its_job_steps_slower() -> None:
+    fleet = fleet_series(JOBS, node())
+    rates = {(lab["training_job"], lab["rank"], s.prefix.split("{")[0]): s.rate
+             for own in fleet for s in own if "training_job" in (lab := labels_of(s.prefix))}
+    slow, healthy = f"job-{SLOW_JOBS[0]:02d}", "job-00"
+    compute = "fleetscope_training_compute_seconds_total"
+    assert rates[(slow, "2", compute)] > rates[(healthy, "2", compute)]
+    steps = "fleetscope_training_steps_total"
+    assert rates[(slow, "0", steps)] < rates[(healthy, "0", steps)]
+
+
+def test_each_node_is_a_target_whose_counters_grow() -> None:
+    fleet = fleet_series(3, node())
+    with FleetServer(fleet) as server:
+        first = http_get(server.port, "/node/2/metrics")
+        time.sleep(0.05)
+        second = http_get(server.port, "/node/2/metrics")
+        assert http_get(server.port, "/node/3/metrics")[0] == 404
+    assert first[0] == second[0] == 200
+    values = [{(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(body.decode())
+               for s in f.samples} for _, body in (first, second)]
+    assert len(values[0]) == len(node())
+    steps = [key for key in values[0] if key[0] == "fleetscope_training_steps_total"]
+    assert steps and all(values[1][key] > values[0][key] for key in steps)
+    config = scrape_config(3, server.port, 30)
+    assert [c["labels"]["instance"] for c in config["static_configs"]] == ["p5-00000:9402", "p5-00001:9402",
+                                                                        "p5-00002:9402"]
+    assert config["static_configs"][2]["labels"]["__metrics_path__"] == "/node/2/metrics"
+
+
+def test_every_shipped_group_is_evaluated_every_minute(tmp_path: Path) -> None:
+    names = rules_for_bench(Path(ROOT) / "alerts" / "fleetscope.rules.yml", tmp_path / "rules.yml")
+    groups = yaml.safe_load((tmp_path / "rules.yml").read_text(encoding="utf-8"))["groups"]
+    assert [g["name"] for g in groups] == names and len(names) > 10
+    assert {g["interval"] for g in groups} == {"1m"}
