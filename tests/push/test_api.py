@@ -159,16 +159,16 @@ def report(rank: int = 0, **extra: object) -> dict[str, object]:
     return {"job": "j", "rank": rank, "world_size": 4, "pid": 100 + rank, "start_time": 5, **extra}
 
 
-def test_report_stores_steps_and_position_and_counts_out_of_order_steps() -> None:
+def test_report_stores_steps_and_position_and_acknowledges_resent_steps() -> None:
     client, collector = make_client()
     body = report(steps=[{"step": 1, "step_seconds": 0.5}, {"step": 2, "step_seconds": 0.5}],
                   position={"step": 3, "phase": "data", "since": 1_700_000_000.0})
     assert client.post("/api/v1/report", json=body).json() == {"accepted": 2}
     again = report(steps=[{"step": 2, "step_seconds": 0.5}, {"step": 3, "step_seconds": 0.5}])
-    assert client.post("/api/v1/report", json=again).json() == {"accepted": 1, "out_of_order": 1}
+    assert client.post("/api/v1/report", json=again).json() == {"accepted": 1, "duplicate": 1}
     (view,) = collector.store.view().ranks
     assert view.values["steps"] == 3 and view.position is not None and view.position.phase == "data"
-    assert collector.store.view().rejected == {"out_of_order": 1}
+    assert collector.store.view().rejected == {"duplicate": 1}
 
 
 def test_a_heartbeat_alone_is_accepted_and_a_rank_outside_its_world_is_refused() -> None:

@@ -174,7 +174,7 @@ def test_report_stores_steps_fields_and_position() -> None:
     result = store.ingest([report(step(1), step(2, data_seconds=0.5), position={"step": 3, "phase": "data",
                                                                                  "since": clock.now - 1},
                                   local_rank=2, pid=10, start_time=99)])
-    assert (result.accepted, result.out_of_order) == (2, 0)
+    assert (result.accepted, result.duplicate) == (2, 0)
     view = only(store)
     assert view.values["steps"] == 2 and view.values["data_seconds"] == 0.5
     assert view.fields["local_rank"] == 2 and view.process == (10, 99)
@@ -191,16 +191,32 @@ def test_a_heartbeat_from_a_rank_never_seen_before_starts_tracking_it_without_st
     assert view.position is not None and view.position.phase == "compute"
 
 
-def test_out_of_order_steps_of_one_process_are_refused_and_counted() -> None:
+def test_steps_a_process_already_reported_are_acknowledged_not_counted_again() -> None:
     store = StepStore(PushConfig())
     proc = {"pid": 7, "start_time": 1234}
     store.ingest([report(step(1), step(2), step(3), **proc)])
     result = store.ingest([report(step(2), step(3), step(5), step(4), **proc)])
-    assert (result.accepted, result.out_of_order) == (1, 3)
+    assert (result.accepted, result.duplicate) == (1, 3)
     view = only(store)
     assert view.values["steps"] == 4 and view.values["step"] == 5
-    assert store.view().rejected == {"out_of_order": 3}
+    assert store.view().rejected == {"duplicate": 3}
     assert store.view().records_total == 4
+
+
+def test_a_job_that_goes_back_to_a_checkpoint_in_process_keeps_reporting() -> None:
+    """A re-send carries its first completion time; a step redone after a rollback completes later."""
+    clock = FakeClock(10_000.0)
+    store = StepStore(PushConfig(), clock)
+    proc = {"pid": 7, "start_time": 1}
+    store.ingest([report(step(100, timestamp=9_990.0), step(101, timestamp=9_995.0), **proc)])
+    resent = store.ingest([report(step(101, timestamp=9_995.0), **proc)])
+    clock.now += 10
+    redone = store.ingest([report(step(50, timestamp=10_005.0), step(51, timestamp=10_008.0), **proc)])
+    assert (resent.accepted, resent.duplicate, redone.accepted, redone.duplicate) == (0, 1, 2, 0)
+    view = only(store)
+    assert view.values["step"] == 51 and view.values["steps"] == 4
+    # A clock far ahead is no rollback: the re-send of a future-stamped step stays a duplicate.
+    assert store.ingest([report(step(3, timestamp=90_000.0), **proc)]).duplicate == 1
 
 
 def test_a_restarted_rank_begins_again_at_step_zero() -> None:
@@ -208,7 +224,7 @@ def test_a_restarted_rank_begins_again_at_step_zero() -> None:
     store.ingest([report(step(40), step(41), pid=7, start_time=1000, position={"step": 42, "phase": "comm",
                                                                             "since": 999_999.0})])
     result = store.ingest([report(step(0), step(1), pid=8, start_time=5000)])  # a new process of rank 0
-    assert (result.accepted, result.out_of_order) == (2, 0)
+    assert (result.accepted, result.duplicate) == (2, 0)
     view = only(store)
     assert view.values["step"] == 1 and view.values["steps"] == 4  # counters keep counting
     assert view.position is None  # the old process's position is not the new one's
@@ -251,8 +267,8 @@ def test_a_rank_restarted_inside_the_same_process_is_a_new_session() -> None:
     store = StepStore(PushConfig())
     store.ingest([report(step(30), pid=7, start_time=1000, session=1)])
     result = store.ingest([report(step(0), step(1), pid=7, start_time=1000, session=2)])  # a simulator's restart
-    assert (result.accepted, result.out_of_order) == (2, 0)
-    assert store.ingest([report(step(1), pid=7, start_time=1000, session=2)]).out_of_order == 1
+    assert (result.accepted, result.duplicate) == (2, 0)
+    assert store.ingest([report(step(1), pid=7, start_time=1000, session=2)]).duplicate == 1
 
 
 def test_huge_steps_cannot_turn_a_total_infinite() -> None:

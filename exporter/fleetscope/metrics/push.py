@@ -11,7 +11,7 @@ REJECTED_TOTAL = MetricSpec(
     "fleetscope_push_rejected_total", "counter",
     "Pushes refused, by reason (invalid, too_large, limit, unauthorized, incomplete: the body did not "
     "arrive whole, busy: push.max-inflight-bytes were in flight), and parts of accepted pushes refused: "
-    "out_of_order (a step its process already reported), "
+    "duplicate (a step the rank's tracker had sent and the daemon stored before: a re-send, not an error), "
     "clock (a completion time in the future or before the previous one, replaced by the time the daemon "
     "received it).", ("reason",))
 JOBS = MetricSpec("fleetscope_push_jobs", "gauge", "Training jobs with at least one live rank.")

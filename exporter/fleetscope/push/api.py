@@ -190,15 +190,15 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
                 result = store.ingest(reports)
             except LimitExceeded as exc:
                 raise PushRefused(429, "limit", str(exc)) from None
-            return PushResult(accepted=result.accepted, out_of_order=result.out_of_order)
+            return PushResult(accepted=result.accepted, duplicate=result.duplicate)
 
         return await _maybe_offload(len(body), store_body)
 
     all_or_nothing = (
         "If any record is invalid (422, naming the field) or the push would exceed the node's limits on jobs or "
         "ranks (429), nothing from it is stored. Within one run of a rank's tracker (same `pid`, `start_time` "
-        "and `session`), steps must go forward: a step at or below the last one is refused and counted "
-        "(`out_of_order`)."
+        "and `session`), a step at or below the last one stored is a re-send, acknowledged and not counted again "
+        "(`duplicate`), unless it completed after every stored step (the job went back to a checkpoint)."
     )
     push_responses: dict[int | str, dict[str, Any]] = {
         **ERROR_RESPONSES,
@@ -208,7 +208,7 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
     @router.post(
         "/api/v1/steps",
         response_model=PushResult,
-        response_model_exclude_defaults=True,  # out_of_order only when some were
+        response_model_exclude_defaults=True,  # duplicate only when some were
         summary="Push one training step record or a batch of them.",
         description=f"Body: one record (object) or a batch (array). {all_or_nothing}",
         openapi_extra=request_body_schema(),

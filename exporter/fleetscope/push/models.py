@@ -120,8 +120,8 @@ def reports_from_records(records: Sequence[Mapping[str, Any]]) -> list[RankRepor
 
 class PushResult(BaseModel):
     accepted: int = Field(description="Step records stored.")
-    out_of_order: int = Field(
-        0, description="Step records refused because the rank's process already reported that step or a later one."
+    duplicate: int = Field(
+        0, description="Step records this rank's tracker had sent before and the daemon had stored: not counted again."
     )
 
 

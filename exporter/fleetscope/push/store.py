@@ -86,7 +86,7 @@ class StoreView:
 @dataclass(frozen=True)
 class IngestResult:
     accepted: int  # step records stored
-    out_of_order: int  # step records refused: their process already reported that step or a later one
+    duplicate: int  # step records already stored (a re-sent report): acknowledged, not counted again
 
 
 @dataclass
@@ -143,7 +143,7 @@ class StepStore:
         if not reports:
             return IngestResult(0, 0)
         now = self._clock()
-        accepted = out_of_order = clock_fixes = 0
+        accepted = duplicate = clock_fixes = 0
         with self._lock:
             self._sweep_locked(now)
             new_keys = {(r.job, r.rank) for r in reports} - self._ranks.keys()
@@ -157,12 +157,12 @@ class StepStore:
                     self._jobs[report.job] = self._jobs.get(report.job, 0) + 1
                 stored, refused, fixed = self._apply_locked(state, report, now)
                 accepted += stored
-                out_of_order += refused
+                duplicate += refused
                 clock_fixes += fixed
             self._records_total += accepted
-        self.rejected.inc("out_of_order", out_of_order)
+        self.rejected.inc("duplicate", duplicate)
         self.rejected.inc("clock", clock_fixes)
-        return IngestResult(accepted, out_of_order)
+        return IngestResult(accepted, duplicate)
 
     def _check_limits_locked(self, new_keys: set[tuple[str, int]]) -> None:
         new_jobs = {job for job, _ in new_keys if job not in self._jobs}
@@ -178,7 +178,7 @@ class StepStore:
             )
 
     def _apply_locked(self, state: _Rank, report: RankReport, now: float) -> tuple[int, int, int]:
-        """Apply one rank's report; returns (steps stored, steps out of order, clock fixes)."""
+        """Apply one rank's report; returns (steps stored, steps already stored, clock fixes)."""
         previous_session = state.session()
         # Placement and process facts: the newest push that states them wins (a restarted job may move).
         state.fields.update(report.fields)
@@ -191,8 +191,8 @@ class StepStore:
         for step in report.steps:
             number = step[_NUMBER]
             last = state.latest.get(_NUMBER)
-            if state.ordered and last is not None and number <= last:
-                refused += 1
+            if state.ordered and last is not None and number <= last and not _went_back(state, step, now):
+                refused += 1  # a re-send of a report the daemon had stored before the client gave up on it
                 continue
             fixed += self._add_step_locked(state, step, now)
             stored += 1
@@ -276,6 +276,15 @@ class StepStore:
             jobs = len(self._jobs)
             records_total = self._records_total
         return StoreView(ranks, jobs, records_total, self.rejected.snapshot(), self.expired.snapshot())
+
+
+def _went_back(state: _Rank, step: Mapping[str, Any], now: float) -> bool:
+    """A lower step number completed after every step stored: the job went back to a checkpoint in-process.
+
+    A re-sent step carries the completion time it had when first sent, never later than the newest stored.
+    """
+    completed, newest = step.get(_TIME), state.latest.get(_TIME)
+    return completed is not None and newest is not None and newest < completed <= now + CLOCK_SLACK
 
 
 def _ended(state: _Rank) -> bool:

@@ -6,6 +6,8 @@ from fleetscope.metrics import engine, push
 from fleetscope.rules.model import Alert, Group, held, num, sel
 from fleetscope.rules.settings import Settings
 
+NOT_DUPLICATE = 'reason!="duplicate"'  # the matcher for every refusal but an acknowledged re-send
+
 
 def alert_rules(s: Settings) -> Group:
     return Group("fleetscope", (
@@ -31,7 +33,9 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "FleetscopePushRejected",
-            f"rate({sel(s, push.REJECTED_TOTAL)}[{s.rate_window}]) > {num(s.push_rejected_per_second)}",
+            # A re-send after a timeout is the client's normal recovery, acknowledged without counting.
+            f"rate({sel(s, push.REJECTED_TOTAL, NOT_DUPLICATE)}[{s.rate_window}]) "
+            f"> {num(s.push_rejected_per_second)}",
             "warning",
             "fleetscope rejects step records pushed by training jobs.",
             "fleetscope on {{ $labels.instance }} rejects {{ printf \"%.2f\" $value }} pushed records per second "
