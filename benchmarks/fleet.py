@@ -494,11 +494,14 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
         "are `prometheus_rule_group_last_evaluation_samples` (series the group wrote) of that evaluation. "
         "Target: ≤ 1 s per group at 2,048 nodes, growth no worse than linear. Groups run concurrently with "
         "each other, with ingestion and with the target server: on a shared 2-core machine a group's wall time is "
-        "mostly waiting for a core, so compare growth and the groups' order, not absolute seconds.")
+        "mostly waiting for a core, so compare growth and the groups' order, not absolute seconds. "
+        "Where the groups' times add up to more "
+        "than the minute they share (missed: `prometheus_rule_group_iterations_missed_total` per size), the "
+        "machine was saturated and the times are queueing for its cores.")
     add("")
     add("| group | rules | " + " | ".join(f"s at {r.nodes:,} (median, max)" for r in results) + " | "
-        + " | ".join(f"samples at {r.nodes:,}" for r in results) + " | time growth | failures |")
-    add("|---|---:|" + "---:|" * (2 * len(results)) + "---:|---:|")
+        + " | ".join(f"samples at {r.nodes:,}" for r in results) + " | time growth | failures | missed |")
+    add("|---|---:|" + "---:|" * (2 * len(results)) + "---:|---:|---:|")
     names = list(results[-1].groups)
     for name in names:
         groups = [r.groups.get(name, GroupResult()) for r in results]
@@ -506,7 +509,8 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
         samples = " | ".join(f"{g.samples:,.0f}" for g in groups)
         growth = _growth(results, lambda r, n=name: median(r.groups.get(n, GroupResult())))
         failures = sum(g.failures for g in groups)
-        add(f"| `{name}` | {groups[-1].rules} | {times} | {samples} | {growth} | {failures:.0f} |")
+        missed = " / ".join(f"{g.missed:.0f}" for g in groups)
+        add(f"| `{name}` | {groups[-1].rules} | {times} | {samples} | {growth} | {failures:.0f} | {missed} |")
     add("")
     add("## Fleet and job dashboards")
     add("")
@@ -563,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         loaded = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         done = [load_result(item) for item in loaded]
         wall = sum(r.wall_seconds for r in done)
-        text = render(done, args.date or "an earlier run", machine(), wall, args.warmup, args.scrape_interval)
+        where = machine().split(", shared")[0] + ", shared with other work"
+        text = render(done, args.date or "an earlier run", where, wall, args.warmup, args.scrape_interval)
         Path(args.out).write_text(text, encoding="utf-8")
         return 0
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fleetscope-fleet-"))
