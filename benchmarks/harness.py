@@ -41,6 +41,10 @@ PROMETHEUS_3_ACCEPT = (
     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
 
+# The daemon with every collector, and with the network ones only (what node_exporter also reads).
+ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
+NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
+
 
 # -- statistics ----------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.harness import (
+    ALL_COLLECTORS,
     PROMETHEUS_ACCEPT,
     NodeShape,
     PacedScraper,
@@ -38,9 +39,6 @@ from benchmarks.harness import (
     sample_process,
     step_record,
 )
-
-ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
-NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.harness import (
+    ALL_COLLECTORS,
+    NET_COLLECTORS,
     PROMETHEUS_3_ACCEPT,
     PROMETHEUS_ACCEPT,
     KeepAliveClient,
@@ -44,8 +46,6 @@ from benchmarks.harness import (
     scrape_headers,
 )
 
-ALL_COLLECTORS = ("efa", "netdev", "netstat", "ena", "gpu", "steps")
-NET_COLLECTORS = ("efa", "netdev", "netstat", "ena")
 Log = Callable[[str], None]
 
 
