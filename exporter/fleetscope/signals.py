@@ -134,7 +134,11 @@ NODE_STRAGGLER_WINDOWS = "instance:fleetscope_training_straggler:windows"
 # Clock-event reasons that mean the GPU slowed itself down: not idle, not application clocks, not the power
 # cap every busy GPU hits (a GPU capped harder than its peers shows as a low clock instead).
 SLOWDOWN_REASONS = "hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"
-# Share of time a GPU's clocks were held down, per reason.
+# The reasons a rule or panel reads the share of: the slowdowns, and the power cap beside them on the node
+# dashboard. Only these are recorded (the others, idle and application clocks among them, were half the
+# rules' recorded series per node and nothing read them).
+THROTTLE_SHARE_REASONS = f"{SLOWDOWN_REASONS}|sw_power_cap"
+# Share of time a GPU's clocks were held down, per reason (THROTTLE_SHARE_REASONS only).
 GPU_THROTTLE_SHARE = "instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate"
 # A GPU's SM clock over the median SM clock of its node.
 GPU_CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"

@@ -22,7 +22,7 @@ from fleetscope.dashboards.kit import (
     timeseries_panel,
     xid_annotation,
 )
-from fleetscope.signals import GPU_THROTTLE_SHARE, SLOWDOWN_REASONS, TCP_RETRANSMIT_RATIO
+from fleetscope.signals import GPU_THROTTLE_SHARE, TCP_RETRANSMIT_RATIO, THROTTLE_SHARE_REASONS
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
 G = N + ', gpu=~"$gpu"'
@@ -73,7 +73,7 @@ def build() -> Any:
         timeseries_panel("SM clock", "hertz", ok(),
                          Q(f'fleetscope_gpu_clock_hertz{{clock="sm", {G}}}', "GPU {{gpu}}")),
         timeseries_panel("Clock slowdown by reason", "percentunit", rising(0.05, 0.2),
-                         Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{reason=~"{SLOWDOWN_REASONS}|sw_power_cap", '
+                         Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{reason=~"{THROTTLE_SHARE_REASONS}", '
                            f"{G}}})", "GPU {{gpu}} {{reason}}"),
                          minimum=0, stacked=True,
                          description="Share of time each GPU spent with its clocks lowered, "

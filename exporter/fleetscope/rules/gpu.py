@@ -11,6 +11,7 @@ from fleetscope.signals import (
     GPU_THROTTLE_SHARE,
     NODE_GPU_UTILIZATION,
     SLOWDOWN_REASONS,
+    THROTTLE_SHARE_REASONS,
 )
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
@@ -34,13 +35,14 @@ HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
 
 def recording_rules(s: Settings) -> Group:
     sm_clock = held(s, gpu_metrics.CLOCK_HERTZ, 'clock="sm"')
+    recorded_reasons = f'reason=~"{THROTTLE_SHARE_REASONS}"'
     return Group("fleetscope-gpu.rules", (
         # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
         # for the others the sampled 0/1 state stands in.
         Record(GPU_THROTTLE_SHARE, (
-            f"rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL)}[{s.rate_window}])\n"
+            f"rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL, recorded_reasons)}[{s.rate_window}])\n"
             f"or\n"
-            f"avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE)}[{s.rate_window}])"
+            f"avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE, recorded_reasons)}[{s.rate_window}])"
         )),
         Record(GPU_CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
         Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({held(s, gpu_metrics.UTILIZATION_RATIO)})"),
