@@ -5,7 +5,9 @@ Every rank runs :mod:`tests.e2e.gloo_rank` (``StepTracker()``, ``tracker.watch(m
 a real Prometheus evaluates the shipped rules (compressed preset). Faults are
 made the way they happen (a slower accelerator, a slow or stuck loader, a killed
 process), never by writing phase numbers, and each alert must name the job,
-rank, node and GPU it is about, with nothing else firing.
+rank, node and GPU it is about, with nothing else firing. The 8-rank DDP straggler
+and its healthy companion are tests/e2e/test_straggler_sensitivity.py (a 10% slowdown,
+the harder case of the 20% one this file once held).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.e2e.training_jobs import alert_keys, cluster
+from tests.e2e.training_jobs import cluster
 
 pytest.importorskip("torch")
 
@@ -22,25 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 # Steps of about 0.13 s (0.12 s of accelerator time): a run of about two and a half minutes.
 STEPS = 1100
-
-
-def test_ddp_straggler_is_named_and_its_healthy_companion_stays_silent(
-    prometheus_binary: str, port_run: Callable[[int], int]
-) -> None:
-    base = port_run(5)
-    with cluster(nodes=2, base_port=base) as jobs:
-        # Ranks 4-7 of each job on node-01, which gives them its GPUs 4-7: rank 6 computes on GPU 6.
-        jobs.launch("ddp-slow", 8, 4, base + 3, "--model", "ddp", "--steps", str(STEPS), "--slow-rank", "6")
-        jobs.launch("ddp-even", 8, 4, base + 4, "--model", "ddp", "--steps", str(STEPS))
-        codes = jobs.wait("ddp-slow", 600) + jobs.wait("ddp-even", 60)
-        fired = jobs.fired()
-        assert codes == [0] * 16, f"a rank failed; logs in {jobs.workdir}"
-    stragglers = [a for a in fired if a["alertname"] == "TrainingStragglerRank"]
-    assert stragglers, f"no straggler alert; alerts seen: {fired}"
-    assert {(a["training_job"], a["rank"], a["instance"], a.get("gpu")) for a in stragglers} == {
-        ("ddp-slow", "6", "node-01", "6")
-    }
-    assert alert_keys(fired) - alert_keys(stragglers) == set(), fired
 
 
 def test_fsdp_straggler_loader_bound_rank_hang_and_dead_rank_are_each_named(
