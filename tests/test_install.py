@@ -34,6 +34,8 @@ FIXTURE = ROOT / "tests" / "fixtures" / "p5"
 OPTIONAL_HOOKS: dict[str, str] = {
     "fleetscope.client.hf": "hf",
     "fleetscope.client.lightning": "lightning",
+    "fleetscope.client.distributed": "torch",  # tracker.watch(model): a model's framework is there already
+    "fleetscope.dashboards.nccl_panels": "dashboards",
     "fleetscope.dashboards.kit": "dashboards",
     **dict.fromkeys(DASHBOARD_MODULES.values(), "dashboards"),
 }

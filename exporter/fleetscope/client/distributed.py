@@ -38,7 +38,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import torch
+try:
+    import torch
+except ImportError as exc:  # an optional part: say which extra brings it
+    raise ImportError("fleetscope.client.distributed needs torch: pip install 'fleetscope[torch]'") from exc
 
 if TYPE_CHECKING:
     from fleetscope.client.tracker import StepTracker
