@@ -4,6 +4,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -42,6 +43,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_listening(port: int, timeout: float = 10.0) -> str:
+    """The base URL of a daemon on 127.0.0.1:``port``, once its /healthz answers (or ``timeout`` passed)."""
+    import httpx
+
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(base + "/healthz", timeout=0.5)
+            break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    return base
 
 
 def free_port_run(count: int, start: int = 21000) -> int:

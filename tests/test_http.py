@@ -16,7 +16,7 @@ from fleetscope.collectors import CollectorEntry
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
 
-from .conftest import free_port
+from .conftest import free_port, wait_listening
 
 
 class Steady:
@@ -56,14 +56,7 @@ def server():
     daemon.config = load({"web.listen-address": f"127.0.0.1:{port}"}, environ={}, registry=REGISTRY)
     thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(base + "/healthz", timeout=0.5)
-            break
-        except httpx.TransportError:
-            time.sleep(0.05)
+    base = wait_listening(port)
     yield base, daemon
     stuck.release.set()
     daemon.request_stop()

@@ -20,7 +20,7 @@ from fleetscope.listeners import MAX_BACKLOG, MIN_BACKLOG, RESERVED_FDS, Listene
 from fleetscope.logfilter import RepeatFilter
 from fleetscope.server import EVICTION_GRACE
 
-from .conftest import free_port
+from .conftest import free_port, wait_listening
 
 
 @pytest.fixture
@@ -35,14 +35,7 @@ def serve() -> Iterator[Callable[..., str]]:
         thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
         thread.start()
         started.append((daemon, thread))
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/healthz", timeout=0.5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        base = wait_listening(port)
         return base
 
     yield start
