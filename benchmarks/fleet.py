@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import enum
 import http.server
 import json
 import math
@@ -83,8 +84,13 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
     model = NodeModel("p5-budget", 0, profile, seed=7)
     writer = TreeWriter(model, paths)
     writer.setup()
+    # The ranks are this process, as the node's /proc shows it: the daemon watches them (process_up).
+    from fleetscope.record import process_start_time
+
+    start_time = process_start_time()
     model.tick(1.0, 1.0, Load(gpu_busy=dict.fromkeys(range(8), 0.9), network=0.8), [])
     writer.update()
+    os.symlink(f"/proc/{os.getpid()}", os.path.join(paths.procfs, str(os.getpid())))
     config = node_config(paths, "127.0.0.1:0", 15.0, {"collector.efa.detail": level, "collector.gpu.detail": level})
     GpuFeed(paths).install()
     try:
@@ -96,10 +102,14 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
                     assert status == ("no_hardware" if runner.name == "nccl" else "ok"), runner.name
         with TestClient(daemon.app) as client:
             for rank in range(RANKS_PER_NODE):
-                record = {"job": "llama", "rank": rank, "local_rank": rank, "world_size": 64, "gpu": rank,
-                          "step": 10, "step_seconds": 1.0, "timestamp": clock.time(), "data_seconds": 0.02,
-                          "compute_seconds": 0.78, "comm_seconds": 0.2, "tokens": 32768, "samples": 8, "loss": 2.5}
-                assert client.post("/api/v1/steps", json=record).status_code == 200
+                now = clock.time()
+                report = {"job": "llama", "rank": rank, "local_rank": rank, "world_size": 64, "gpu": rank,
+                          "pid": os.getpid(), "start_time": start_time,
+                          "steps": [{"step": 10, "step_seconds": 1.0, "timestamp": now - 0.1, "data_seconds": 0.02,
+                                     "compute_seconds": 0.78, "comm_seconds": 0.2, "tokens": 32768, "samples": 8,
+                                     "loss": 2.5}],
+                          "position": {"step": 11, "phase": "compute", "since": now - 0.05}}
+                assert client.post("/api/v1/report", json=report).status_code == 200
             response = client.get("/metrics")
         daemon.engine.stop()
     finally:
@@ -108,22 +118,51 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
     return response.text
 
 
+class Kind(enum.Enum):
+    """How a series moves from scrape to scrape, as the real one does."""
+
+    COUNTER = "counter"  # grows at its per-second rate
+    CLOCK = "clock"  # a Unix time that keeps up with the clock (last push, last step, phase start)
+    LEVEL = "level"  # a state, a count or a flag: 0/1 comparisons (`== 1`) must hold, so it never wobbles
+    GAUGE = "gauge"  # a measurement (temperature, a median): wanders by 1%
+
+
+# Step numbers grow with the steps, as the counters do: one a second (the template's steps take 1 s).
+STEP_GAUGES = ("fleetscope_training_last_step", "fleetscope_training_current_step")
+
+
 @dataclass(frozen=True)
 class TemplateSeries:
     name: str
     labels: tuple[tuple[str, str], ...]
-    value: float
-    counter: bool
+    value: float  # counters: per second (the template is one second of load); clocks: age in seconds
+    kind: Kind
+
+    @property
+    def counter(self) -> bool:
+        return self.kind is Kind.COUNTER
 
 
-def template(text: str) -> list[TemplateSeries]:
+def template(text: str, taken: float | None = None) -> list[TemplateSeries]:
+    """One node's series from its scrape, taken at ``taken`` (Unix time; default now)."""
+    taken = time.time() if taken is None else taken
     out = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            counter = family.type in ("counter", "histogram", "summary") and not sample.name.endswith("_created")
             if sample.name.endswith("_created"):
                 continue
-            out.append(TemplateSeries(sample.name, tuple(sorted(sample.labels.items())), float(sample.value), counter))
+            value = float(sample.value)
+            if sample.name in STEP_GAUGES:
+                kind, value = Kind.COUNTER, 1.0
+            elif family.type in ("counter", "histogram", "summary"):
+                kind = Kind.COUNTER
+            elif sample.name.endswith("_timestamp_seconds"):
+                kind, value = Kind.CLOCK, max(0.0, taken - value)
+            elif value.is_integer():
+                kind = Kind.LEVEL
+            else:
+                kind = Kind.GAUGE
+            out.append(TemplateSeries(sample.name, tuple(sorted(sample.labels.items())), value, kind))
     return out
 
 
@@ -133,9 +172,13 @@ def template(text: str) -> list[TemplateSeries]:
 @dataclass
 class Series:
     prefix: str  # name{labels}
-    base: float
+    base: float  # counters: the value at the start; clocks: the age; levels and gauges: the value
     rate: float  # per second, counters
-    counter: bool
+    kind: Kind
+
+    @property
+    def counter(self) -> bool:
+        return self.kind is Kind.COUNTER
 
 
 def _labels(pairs: dict[str, str]) -> str:
@@ -160,14 +203,25 @@ def _fault(name: str, labels: dict[str, str], node: int, nodes_per_job: int, bas
            counter: bool) -> tuple[float, float]:
     """The planted faults: slow ranks, a hot throttled GPU, a node dropping EFA packets."""
     job, node_in_job = divmod(node, nodes_per_job)
-    if name.startswith("fleetscope_training_") and job in SLOW_JOBS and counter:
+    if name.startswith("fleetscope_training_") and job in SLOW_JOBS:
+        # Steps take 1.15 s instead of 1 s: the slow rank computes 0.95 s instead of 0.78 s and waits little in
+        # the all-reduce; its peers wait for it there. Counters grow per second, medians are per step.
         slow_rank = node_in_job == 0 and labels.get("local_rank") == "2"
-        if name.endswith(("_steps_total", "_tokens_total", "_samples_total")):
-            return base, rate / 1.15  # everyone waits for the slow rank
-        if "compute_seconds" in name:
-            return base, rate * (0.95 / 0.78 if slow_rank else 1.0) / 1.15
-        if "comm_seconds" in name:
-            return base, rate * (0.03 / 0.2 if slow_rank else 0.35 / 0.2) / 1.15
+        compute = 0.95 / 0.78 if slow_rank else 1.0
+        comm = 0.03 / 0.2 if slow_rank else 0.35 / 0.2
+        if counter:
+            if name.endswith(("_steps_total", "_tokens_total", "_samples_total")) or name in STEP_GAUGES:
+                return base, rate / 1.15  # everyone waits for the slow rank
+            if "compute_seconds" in name:
+                return base, rate * compute / 1.15
+            if "comm_seconds" in name:
+                return base, rate * comm / 1.15
+        elif name == "fleetscope_training_step_seconds_median":
+            return base * 1.15, rate
+        elif name == "fleetscope_training_compute_seconds_median":
+            return base * compute, rate
+        elif name == "fleetscope_training_comm_seconds_median":
+            return base * comm, rate
     if node == 17 and labels.get("gpu") == "3":
         if name == "fleetscope_gpu_temperature_celsius":
             return base + 25, rate
@@ -191,16 +245,23 @@ def fleet_series(nodes: int, node_template: list[TemplateSeries], seed: int = 1)
             # the template is one second of load after start: its counters' values are their per-second rates
             rate = item.value * scale if item.counter else 0.0
             base, rate = _fault(item.name, labels, node, nodes_per_job, item.value, rate, item.counter)
-            own.append(Series(item.name + (_labels(labels) if labels else ""), base, rate, item.counter))
+            own.append(Series(item.name + (_labels(labels) if labels else ""), base, rate, item.kind))
         out.append(own)
     return out
 
 
-def render_node(series: list[Series], elapsed: float, wobble: float) -> bytes:
-    """One scrape of a node ``elapsed`` seconds into the run (text format, no metadata: untyped is enough)."""
-    return "".join(
-        f"{s.prefix} {s.base + s.rate * elapsed if s.counter else s.base * wobble:.9g}\n" for s in series
-    ).encode()
+def render_node(series: list[Series], elapsed: float, wobble: float, now: float | None = None) -> bytes:
+    """One scrape of a node ``elapsed`` seconds into the run, at ``now`` (text format, no metadata)."""
+    now = time.time() if now is None else now
+
+    def value(s: Series) -> float:
+        if s.kind is Kind.COUNTER:
+            return s.base + s.rate * elapsed
+        if s.kind is Kind.CLOCK:
+            return now - s.base
+        return s.base * wobble if s.kind is Kind.GAUGE else s.base
+
+    return "".join(f"{s.prefix} {value(s):.15g}\n" for s in series).encode()
 
 
 class FleetServer:

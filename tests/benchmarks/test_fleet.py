@@ -6,6 +6,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,8 +14,10 @@ from benchmarks.fleet import (
     JOBS,
     SLOW_JOBS,
     FleetServer,
+    Kind,
     TemplateSeries,
     fleet_series,
+    render_node,
     rules_for_bench,
     scrape_config,
     template,
@@ -33,25 +36,44 @@ fleetscope_training_compute_seconds_total{local_rank="0",pp_stage="",rank="0",tr
 fleetscope_training_compute_seconds_total{local_rank="2",pp_stage="",rank="2",training_job="llama"} 0.78
 # HELP fleetscope_gpu_temperature_celsius Temperature.
 # TYPE fleetscope_gpu_temperature_celsius gauge
-fleetscope_gpu_temperature_celsius{gpu="3",uuid="GPU-3"} 60.0
+fleetscope_gpu_temperature_celsius{gpu="3",uuid="GPU-3"} 60.5
+# HELP fleetscope_training_last_push_timestamp_seconds Last push.
+# TYPE fleetscope_training_last_push_timestamp_seconds gauge
+fleetscope_training_last_push_timestamp_seconds{local_rank="0",pp_stage="",rank="0",training_job="llama"} 1000.0
+# HELP fleetscope_training_phase Phase.
+# TYPE fleetscope_training_phase gauge
+fleetscope_training_phase{local_rank="0",phase="compute",pp_stage="",rank="0",training_job="llama"} 1.0
 """
 LABELS = re.compile(r'(\w+)="([^"]*)"')
 
 
 def node() -> list[TemplateSeries]:
-    return template(NODE)
+    return template(NODE, taken=1002.0)
 
 
 def labels_of(prefix: str) -> dict[str, str]:
     return dict(LABELS.findall(prefix))
 
 
-def test_template_reads_counters_and_gauges() -> None:
+def test_template_reads_how_each_series_moves() -> None:
     series = node()
-    assert [(s.name, s.counter) for s in series] == [
-        ("fleetscope_training_steps_total", True), ("fleetscope_training_steps_total", True),
-        ("fleetscope_training_compute_seconds_total", True), ("fleetscope_training_compute_seconds_total", True),
-        ("fleetscope_gpu_temperature_celsius", False)]
+    assert [(s.name, s.kind) for s in series] == [
+        ("fleetscope_training_steps_total", Kind.COUNTER), ("fleetscope_training_steps_total", Kind.COUNTER),
+        ("fleetscope_training_compute_seconds_total", Kind.COUNTER),
+        ("fleetscope_training_compute_seconds_total", Kind.COUNTER),
+        ("fleetscope_gpu_temperature_celsius", Kind.GAUGE),
+        ("fleetscope_training_last_push_timestamp_seconds", Kind.CLOCK),
+        ("fleetscope_training_phase", Kind.LEVEL)]
+    assert series[5].value == 2.0  # its age when the template was taken
+
+
+def test_clocks_keep_up_and_flags_stay_flags() -> None:
+    (own,) = fleet_series(1, node())
+    body = render_node(own, elapsed=60.0, wobble=1.01, now=5000.0).decode()
+    values = {line.rsplit(" ", 1)[0].split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()}
+    assert values["fleetscope_training_last_push_timestamp_seconds"] == 4998.0
+    assert values["fleetscope_training_phase"] == 1.0  # `phase == 1` still matches
+    assert values["fleetscope_gpu_temperature_celsius"] == pytest.approx(60.5 * 1.01)
 
 
 def test_every_rank_has_its_place_in_its_job() -> None:
@@ -75,6 +97,18 @@ def test_a_slow_rank_computes_longer_and_its_job_steps_slower() -> None:
     assert rates[(slow, "2", compute)] > rates[(healthy, "2", compute)]
     steps = "fleetscope_training_steps_total"
     assert rates[(slow, "0", steps)] < rates[(healthy, "0", steps)]
+
+
+def test_a_slow_rank_reports_a_longer_compute_median() -> None:
+    text = NODE + """\
+# HELP fleetscope_training_compute_seconds_median Compute median.
+# TYPE fleetscope_training_compute_seconds_median gauge
+fleetscope_training_compute_seconds_median{local_rank="2",pp_stage="",rank="2",training_job="llama"} 0.78
+"""
+    fleet = fleet_series(JOBS, template(text))
+    medians = {labels_of(s.prefix)["training_job"]: s.base for own in fleet for s in own
+               if s.prefix.startswith("fleetscope_training_compute_seconds_median")}
+    assert medians[f"job-{SLOW_JOBS[0]:02d}"] > 1.2 * medians["job-00"]
 
 
 def test_each_node_is_a_target_whose_counters_grow() -> None:
