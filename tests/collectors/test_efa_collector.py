@@ -263,16 +263,16 @@ def test_check_unknown_when_counters_are_hidden(tmp_path: object) -> None:
     assert verdict == EXIT_UNKNOWN
 
 
-def test_p5_collector_at_the_default_level_sums_per_node_and_keeps_admin_failures_per_device() -> None:
+def test_p5_collector_at_the_default_level_sums_per_node_admin_failures_too() -> None:
     registry = registry_of(EfaCollector(config_for("p5", {"efa.expected-count": 32})).collect())
     values = mk.p5_efa_values()
     assert registry.get_sample_value("fleetscope_efa_devices") == 32
     for raw in efa.PORT_COUNTERS:
         total = sum(port[raw] for port, _ in values.values())
         assert registry.get_sample_value(efa.TABLE[raw].name, {}) == total, raw
-    for name, (_, device_counters) in values.items():
-        for raw in ("cmds_err", "no_completion_cmds"):
-            assert registry.get_sample_value(efa.TABLE[raw].name, {"device": name}) == device_counters[raw]
+    for raw in ("cmds_err", "no_completion_cmds"):
+        total = sum(device_counters[raw] for _, device_counters in values.values())
+        assert registry.get_sample_value(efa.TABLE[raw].name, {}) == total, raw
     operations = {raw.removesuffix("_err") for _, device in values.values() for raw in device
                   if raw.endswith("_err") and raw != "cmds_err"}
     for operation in operations:
@@ -283,10 +283,9 @@ def test_p5_collector_at_the_default_level_sums_per_node_and_keeps_admin_failure
     info_devices = {sample.labels["device"] for metric in registry.collect() for sample in metric.samples
                     if sample.name == "fleetscope_efa_info"}
     assert info_devices == set(values)
-    assert per_device == {"fleetscope_efa_info", "fleetscope_efa_admin_command_errors_total",
-                          "fleetscope_efa_admin_commands_no_completion_total"}
+    assert per_device == {"fleetscope_efa_info"}
     series = sum(len(metric.samples) for metric in registry.collect())
-    assert series == 32 * 3 + len(efa.PORT_COUNTERS) + 3 + len(operations) + 1 + 2
+    assert series == 32 + len(efa.PORT_COUNTERS) + 5 + len(operations) + 1 + 2
 
 
 def test_old_driver_exports_no_srd_series_at_all() -> None:

@@ -18,7 +18,8 @@ BUDGET = 1000
 
 P5_NODE = (
     "p5.48xlarge: 8 H100 GPUs (NVML with GPM), 32 EFA devices, 4 ENA interfaces, 8 ranks of one job "
-    "pushing steps; no Xid, no Slurm job record, no NCCL Inspector output"
+    "pushing steps and their positions (the client's reports), their processes alive; "
+    "no Xid, no Slurm job record, no NCCL Inspector output"
 )
 
 # Series Prometheus adds to every target: up, scrape_duration_seconds, scrape_samples_scraped,
@@ -27,9 +28,9 @@ PROMETHEUS_PER_TARGET = 5
 
 # Series per collector on that node ("engine": the daemon's reports on its collectors and build).
 P5_SERIES: Mapping[str, Mapping[DetailLevel, int]] = MappingProxyType({
-    "efa": MappingProxyType({"default": 131, "all": 1154}),
+    "efa": MappingProxyType({"default": 69, "all": 1154}),
     "gpu": MappingProxyType({"default": 460, "all": 1068}),
-    "steps": MappingProxyType({"default": 135, "all": 135}),
+    "steps": MappingProxyType({"default": 207, "all": 207}),
     "netdev": MappingProxyType({"default": 56, "all": 56}),
     "ena": MappingProxyType({"default": 40, "all": 40}),
     "engine": MappingProxyType({"default": 33, "all": 33}),

@@ -21,8 +21,10 @@ from fleetscope.signals import (
     GOODPUT_CAUSES,
     JOB_GOODPUT,
     JOB_KEY,
+    JOB_LAST_STEP,
     JOB_LOST_GPU_SECONDS,
     JOB_LOST_VS_BEST,
+    JOB_RANKS,
     JOB_STEP,
     JOB_STEP_BEST,
     JOB_STEP_SUSTAINED,
@@ -33,12 +35,11 @@ from fleetscope.signals import (
 
 def stalled(s: Settings) -> str:
     """Jobs whose newest step is older than ``goodput_stall_multiple`` best step times, value = ranks."""
-    last_step = sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)
     return (
-        f"count by ({JOB_KEY}) ({last_step})\n"
+        f"{JOB_RANKS}\n"
         f"  and on ({JOB_KEY})\n"
         f"(\n"
-        f"  time() - max by ({JOB_KEY}) ({last_step})\n"
+        f"  time() - {JOB_LAST_STEP}\n"
         f"    > on ({JOB_KEY})\n"
         f"  {num(s.goodput_stall_multiple)} * {JOB_STEP_BEST}\n"
         f")"
@@ -55,7 +56,7 @@ def lost(s: Settings) -> str:
         f")"
     )
     own_input = f"sum by ({JOB_KEY}) ({rank_share('data')} >= 0)"
-    silent = signals.silent_ranks(sel(s, training.LAST_PUSH_TIMESTAMP_SECONDS), num(s.silent_after_seconds))
+    silent = signals.silent_ranks(num(s.silent_after_seconds))
     halted = stalled(s)
     pieces = {
         "straggler_wait": f"{waiting}\n  unless on ({JOB_KEY})\n({indent(halted)})",
@@ -70,7 +71,7 @@ def lost(s: Settings) -> str:
 
 
 def recording_rules(s: Settings) -> Group:
-    ranks = f"count by ({JOB_KEY}) ({sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)})"
+    last_step = sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)
     halted = stalled(s)
     goodput = (
         f"clamp_max({JOB_STEP_BEST} / on ({JOB_KEY}) {JOB_STEP}, 1)\n"
@@ -80,9 +81,11 @@ def recording_rules(s: Settings) -> Group:
         f"({indent(halted)}) * 0"
     )
     return Group("fleetscope-goodput.rules", (
+        Record(JOB_RANKS, f"count by ({JOB_KEY}) ({last_step})"),
+        Record(JOB_LAST_STEP, f"max by ({JOB_KEY}) ({last_step})"),
         Record(JOB_STEP_SUSTAINED, f"quantile_over_time(0.5, {JOB_STEP}[{s.goodput_sustain_window}])"),
         Record(JOB_STEP_BEST, f"min_over_time({JOB_STEP_SUSTAINED}[{s.goodput_best_window}])"),
         Record(JOB_GOODPUT, goodput),
-        Record(JOB_LOST_VS_BEST, f"{ranks}\n  * on ({JOB_KEY})\n(1 - {JOB_GOODPUT})"),
+        Record(JOB_LOST_VS_BEST, f"{JOB_RANKS}\n  * on ({JOB_KEY})\n(1 - {JOB_GOODPUT})"),
         Record(JOB_LOST_GPU_SECONDS, lost(s)),
     ))

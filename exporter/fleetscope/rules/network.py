@@ -111,8 +111,11 @@ def alert_rules(s: Settings) -> Group:
         Alert(
             "EfaAdminCommandErrors", labelled_union(admin, "failure"), "warning",
             "An EFA device fails admin commands.",
-            "EFA {{ $labels.device }} on {{ $labels.instance }} had {{ $value | humanize }} admin commands "
-            f"ending in {{{{ $labels.failure }}}} in the last {w}.",
+            "{{ with $labels.device }}EFA device {{ . }}{{ else }}An EFA device{{ end }} on {{ $labels.instance }} "
+            "had {{ $value | humanize }} admin commands "
+            f"ending in {{{{ $labels.failure }}}} in the last {w}"
+            "{{ if not $labels.device }} (the node's devices summed: `--collector.efa.detail=all` names the "
+            "device){{ end }}.",
             ev,
         ),
         Alert(

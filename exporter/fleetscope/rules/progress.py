@@ -17,7 +17,18 @@ from fleetscope.metrics import training
 from fleetscope.record import PHASES, WAITING_PHASE
 from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
-from fleetscope.signals import JOB_HANG_THRESHOLD, JOB_PROGRESS, JOB_STEP, RANK_KEY, RANK_NOT_WAITING, indent
+from fleetscope.signals import (
+    JOB_HANG_THRESHOLD,
+    JOB_LAST_PUSH,
+    JOB_PROGRESS,
+    JOB_STEP,
+    RANK_ENDED,
+    RANK_GONE,
+    RANK_KEY,
+    RANK_NOT_WAITING,
+    RANK_SILENT,
+    indent,
+)
 from fleetscope.signals import with_gpu as _with_gpu
 
 NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
@@ -37,15 +48,20 @@ def _ended(s: Settings) -> str:
     return f"{sel(s, str(training.PHASE), ended)} == 1"
 
 
-def _running(s: Settings, expr: str) -> str:
+def _silent(s: Settings) -> str:
+    """Ranks whose last report is older than ``silent_after_seconds`` (value: that report's time)."""
+    return f"{sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))} < time() - {num(s.silent_after_seconds)}"
+
+
+def _running(expr: str) -> str:
     """``expr`` for ranks that have not said goodbye."""
-    return f"{expr}\n  unless on ({RANK_KEY})\n{_ended(s)}"
+    return f"{expr}\n  unless on ({RANK_KEY})\n{RANK_ENDED}"
 
 
 def last_progress(s: Settings) -> str:
     """Per job: when its newest step completed (before any step did: when a rank last changed phase)."""
-    last_step = _running(s, sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
-    phase_start = _running(s, sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
+    last_step = _running(sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
+    phase_start = _running(sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
     return (
         f"max by (training_job) (\n  {indent(last_step)}\n)\n"
         f"  or\n"
@@ -65,7 +81,12 @@ HUNG_JOBS = f"time() - {JOB_PROGRESS}\n  > on (training_job)\n{JOB_HANG_THRESHOL
 
 
 def recording_rules(s: Settings) -> Group:
+    # The sparse sets first: the rules after them in this group read them at this evaluation.
     return Group("fleetscope-progress.rules", (
+        Record(RANK_ENDED, _ended(s)),
+        Record(RANK_GONE, _gone(s)),
+        Record(RANK_SILENT, _silent(s)),
+        Record(JOB_LAST_PUSH, f"max by (training_job) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))})"),
         Record(JOB_PROGRESS, last_progress(s)),
         Record(JOB_HANG_THRESHOLD, hang_threshold(s)),
         Record(RANK_NOT_WAITING, suspects(s)),
@@ -74,22 +95,18 @@ def recording_rules(s: Settings) -> Group:
 
 def suspects(s: Settings) -> str:
     """Ranks not waiting in a collective (value: when they entered their phase, a label), or gone silent."""
-    silent = num(s.silent_after_seconds)
-    last_push = sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))
     phase = sel(s, str(training.PHASE), f'phase=~"{NOT_WAITING}"')
     not_waiting = (
         f"{sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS))}\n"
         f"  * on ({RANK_KEY}) group_left (phase)\n"
         f"({phase} == 1)\n"
-        f"  and on ({RANK_KEY})\n"
-        f"(time() - {last_push} < {silent})"
+        f"  unless on ({RANK_KEY})\n"
+        f"{RANK_SILENT}"
     )
     went_silent = (
-        f'label_replace({last_push}, "phase", "{SILENT}", "", "")\n'
-        f"  and on ({RANK_KEY})\n"
-        f"(time() - {last_push} > {silent})\n"
-        f"  unless on ({RANK_KEY})\n{_ended(s)}\n"
-        f"  unless on ({RANK_KEY})\n{_gone(s)}"
+        f'label_replace({RANK_SILENT}, "phase", "{SILENT}", "", "")\n'
+        f"  unless on ({RANK_KEY})\n{RANK_ENDED}\n"
+        f"  unless on ({RANK_KEY})\n{RANK_GONE}"
     )
     return f"(\n  {indent(not_waiting)}\n)\nor\n(\n  {indent(went_silent)}\n)"
 
@@ -113,12 +130,12 @@ def alert_rules(s: Settings) -> Group:
     rank_expr = (
         f"time() - {RANK_NOT_WAITING}\n"
         f"  and on (training_job)\n(\n  {indent(HUNG_JOBS)}\n)\n"
-        f"  unless on (training_job)\n{_gone(s)}"
+        f"  unless on (training_job)\n{RANK_GONE}"
     )
     nobody_expr = (
         f"{HUNG_JOBS}\n"
         f"  unless on (training_job)\n{RANK_NOT_WAITING}\n"
-        f"  unless on (training_job)\n{_gone(s)}"
+        f"  unless on (training_job)\n{RANK_GONE}"
     )
     hang_description = (
         "Training job {{ $labels.training_job }} has completed no step for "
@@ -138,14 +155,12 @@ def alert_rules(s: Settings) -> Group:
     dead_phase = _query(
         s, str(training.PHASE), rank, rank_args, " in its {{ (. | first).Labels.phase }} phase", "{} == 1"
     )
-    silent = num(s.silent_after_seconds)
-    last_push = sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))
     silent_expr = (
-        f"(time() - {last_push} > {silent})\n"
-        f"  unless on ({RANK_KEY})\n{_ended(s)}\n"
-        f"  unless on ({RANK_KEY})\n{_gone(s)}\n"
+        f"time() - {RANK_SILENT}\n"
+        f"  unless on ({RANK_KEY})\n{RANK_ENDED}\n"
+        f"  unless on ({RANK_KEY})\n{RANK_GONE}\n"
         f"  and on (training_job)\n"
-        f"(time() - max by (training_job) ({last_push}) < {silent})"
+        f"(time() - {JOB_LAST_PUSH} < {num(s.silent_after_seconds)})"
     )
     alerts = [
         Alert(
@@ -158,7 +173,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "TrainingRankDead",
-            with_gpu(s, _gone(s)),
+            with_gpu(s, RANK_GONE),
             "critical",
             "A training rank's process is gone without saying goodbye.",
             f"The process of {where} of training job {{{{ $labels.training_job }}}} is gone and never said "
