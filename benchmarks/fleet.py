@@ -371,6 +371,8 @@ class GroupResult:
     rules: int = 0
     failures: float = 0.0
     missed: float = 0.0
+    samples_read: int = 0  # samples its rules' queries load (Prometheus's totalQueryableSamples), one evaluation
+    rule_seconds: dict[str, list[float]] = field(default_factory=dict)  # per rule: evaluation times seen
 
 
 @dataclass
@@ -419,6 +421,14 @@ def _watch(port: int, result: SizeResult) -> None:
         result.groups.setdefault(_rule_group(labels), GroupResult()).missed = value
     for labels, value in metrics.get("prometheus_rule_evaluation_failures_total", []):
         result.groups.setdefault(_rule_group(labels), GroupResult()).failures = value
+    status, body = http_get(port, "/api/v1/rules", timeout=60.0)
+    if status == 200:
+        for listed in json.loads(body)["data"]["groups"]:
+            group = result.groups.setdefault(listed["name"], GroupResult())
+            for rule in listed["rules"]:
+                if rule.get("lastEvaluation", "").startswith("0001"):
+                    continue  # not evaluated yet
+                group.rule_seconds.setdefault(rule["name"], []).append(float(rule["evaluationTime"]))
     heap = metrics.get("go_memstats_heap_inuse_bytes", [({}, 0.0)])[0][1]
     result.heap_inuse_bytes = max(result.heap_inuse_bytes, heap)
     result.series = int(max([result.series] + [v for _, v in metrics.get("prometheus_tsdb_head_series", [])]))
@@ -467,6 +477,7 @@ def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path,
             result.samples_per_second = (n1 - n0) / (t1 - t0)
             log(f"  {result.series:,} series, {result.targets_up} of {nodes} targets up; groups: "
                 + ", ".join(f"{n} {result.groups.get(n, GroupResult()).seconds:.2f}s" for n in group_names))
+            samples_read(port, size_dir / "rules.yml", result)
             result.queries = dashboard_queries(port, log)
             result.peak_rss_bytes = peak_rss_bytes(service.pid)
         finally:
@@ -474,6 +485,21 @@ def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path,
     shutil.rmtree(size_dir / "data", ignore_errors=True)
     result.wall_seconds = time.monotonic() - began
     return result
+
+
+def samples_read(port: int, rules: Path, result: SizeResult) -> None:
+    """Per group, the samples its rules load in one evaluation: each rule's expression run once as an instant
+    query with Prometheus's query statistics. Unlike seconds, this does not depend on the machine."""
+    at = time.time()
+    for group in yaml.safe_load(rules.read_text(encoding="utf-8"))["groups"]:
+        total = 0
+        for rule in group["rules"]:
+            params = {"query": rule["expr"], "time": f"{at:.3f}", "stats": "all"}
+            status, body = http_get(port, "/api/v1/query?" + urllib.parse.urlencode(params), timeout=120.0)
+            if status == 200:
+                total += int(json.loads(body)["data"].get("stats", {}).get("samples", {})
+                             .get("totalQueryableSamples", 0))
+        result.groups.setdefault(group["name"], GroupResult()).samples_read = total
 
 
 def dashboard_queries(port: int, log: Any = print) -> list[QueryResult]:
@@ -551,28 +577,46 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
     add("## Rule groups")
     add("")
     add("Evaluation time is `prometheus_rule_group_last_duration_seconds`, the median and the largest of the "
-        "evaluations watched (growth: of the medians); samples "
-        "are `prometheus_rule_group_last_evaluation_samples` (series the group wrote) of that evaluation. "
+        "evaluations watched (growth: of the medians). Samples read are what the group's rules load in one "
+        "evaluation (each rule's expression run as a query with Prometheus's statistics, "
+        "`totalQueryableSamples`): the work itself, the same on any machine. Series written are "
+        "`prometheus_rule_group_last_evaluation_samples`. "
         "Target: ≤ 1 s per group at 2,048 nodes, growth no worse than linear. Groups run concurrently with "
         "each other, with ingestion and with the target server: on a shared 2-core machine a group's wall time is "
-        "mostly waiting for a core, so compare growth and the groups' order, not absolute seconds. "
-        "Where the groups' times add up to more "
-        "than the minute they share (missed: `prometheus_rule_group_iterations_missed_total` per size), the "
-        "machine was saturated and the times are queueing for its cores.")
+        "partly waiting for a core, so compare samples read, growth and the groups' order more than absolute "
+        "seconds. Where the groups' times add up to more than the minute they share (missed: "
+        "`prometheus_rule_group_iterations_missed_total` per size), the machine was saturated.")
     add("")
     add("| group | rules | " + " | ".join(f"s at {r.nodes:,} (median, max)" for r in results) + " | "
-        + " | ".join(f"samples at {r.nodes:,}" for r in results) + " | time growth | failures | missed |")
-    add("|---|---:|" + "---:|" * (2 * len(results)) + "---:|---:|---:|")
+        + " | ".join(f"samples read at {r.nodes:,}" for r in results) + " | "
+        + " | ".join(f"series written at {r.nodes:,}" for r in results)
+        + " | time growth | read growth | failures | missed |")
+    add("|---|---:|" + "---:|" * (3 * len(results)) + "---:|---:|---:|---:|")
     names = list(results[-1].groups)
     for name in names:
         groups = [r.groups.get(name, GroupResult()) for r in results]
         times = " | ".join(f"{median(g):.3f}, {g.seconds:.3f}" for g in groups)
+        read = " | ".join(f"{g.samples_read:,}" for g in groups)
         samples = " | ".join(f"{g.samples:,.0f}" for g in groups)
         growth = _growth(results, lambda r, n=name: median(r.groups.get(n, GroupResult())))
+        read_growth = _growth(results, lambda r, n=name: r.groups.get(n, GroupResult()).samples_read)
         failures = sum(g.failures for g in groups)
         missed = " / ".join(f"{g.missed:.0f}" for g in groups)
-        add(f"| `{name}` | {groups[-1].rules} | {times} | {samples} | {growth} | {failures:.0f} | {missed} |")
+        add(f"| `{name}` | {groups[-1].rules} | {times} | {read} | {samples} | {growth} | {read_growth} | "
+            f"{failures:.0f} | {missed} |")
     add("")
+    last = results[-1]
+    rules = [(sorted(seen)[len(seen) // 2], max(seen), group, rule) for group, g in last.groups.items()
+             for rule, seen in g.rule_seconds.items() if seen]
+    if rules:
+        add(f"Where the time goes at {last.nodes:,} nodes: the slowest rules (`/api/v1/rules` evaluation time, "
+            "median and largest of the evaluations watched; an alert with two severities is one line).")
+        add("")
+        add("| rule | group | s (median) | s (max) |")
+        add("|---|---|---:|---:|")
+        for mid, most, group, rule in sorted(rules, reverse=True)[:12]:
+            add(f"| `{rule}` | `{group}` | {mid:.3f} | {most:.3f} |")
+        add("")
     add("## Fleet and job dashboards")
     add("")
     add(f"Every query of {', '.join(f'`{d}`' for d in FLEET_DASHBOARDS)} as Grafana sends it (1 h range at 60 s "

@@ -14,9 +14,13 @@ from benchmarks.fleet import (
     JOBS,
     SLOW_JOBS,
     FleetServer,
+    GroupResult,
     Kind,
+    QueryResult,
+    SizeResult,
     TemplateSeries,
     fleet_series,
+    render,
     render_node,
     rules_for_bench,
     scrape_config,
@@ -135,3 +139,19 @@ def test_every_shipped_group_is_evaluated_every_minute(tmp_path: Path) -> None:
     groups = yaml.safe_load((tmp_path / "rules.yml").read_text(encoding="utf-8"))["groups"]
     assert [g["name"] for g in groups] == names and len(names) > 10
     assert {g["interval"] for g in groups} == {"1m"}
+
+
+def test_the_report_shows_work_read_and_the_slowest_rules() -> None:
+    def size(nodes: int, scale: int) -> SizeResult:
+        group = GroupResult(evaluations={1.0: 0.1 * scale, 2.0: 0.2 * scale}, seconds=0.3 * scale, samples=10.0 * scale,
+                            rules=2, samples_read=1000 * scale,
+                            rule_seconds={"TrainingJobHang": [0.05 * scale, 0.07 * scale], "rank:x:y": [0.01]})
+        return SizeResult(nodes, 900 * nodes, targets_up=nodes, groups={"fleetscope-progress": group},
+                          queries=[QueryResult("fleetscope-fleet", "Jobs", "A", 0.01 * scale, "success", 1)],
+                          appended=[(0.0, 0.0), (1.0, 10.0)])
+
+    text = render([size(512, 1), size(2048, 4)], "today", "a machine", 60.0, 6.0, 30)
+    row = next(line for line in text.splitlines() if line.startswith("| `fleetscope-progress`"))
+    assert "| 1,000 | 4,000 |" in row and "4.0× (4× nodes)" in row  # samples read and their growth
+    slowest = [line for line in text.splitlines() if line.startswith("| `TrainingJobHang`")]
+    assert slowest == ["| `TrainingJobHang` | `fleetscope-progress` | 0.280 | 0.280 |"]
