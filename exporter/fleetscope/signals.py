@@ -83,9 +83,9 @@ RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
 JOB_PROGRESS = "training_job:fleetscope_training_progress:timestamp_seconds"
 # How long a job may go without progress before it is hung: 10x its median step time, clamped.
 JOB_HANG_THRESHOLD = "training_job:fleetscope_training_progress:hang_threshold_seconds"
-# Ranks not waiting in a collective (label `phase` = data, compute, other or idle; value: when they entered
-# it), and ranks whose reports stopped (`phase="silent"`; value: their last report). Timestamps, not ages:
-# a reader computes the age at its own evaluation.
+# In hung jobs: ranks not waiting in a collective (label `phase` = data, compute, other or idle; value: when
+# they entered it), and ranks whose reports stopped (`phase="silent"`; value: their last report). Timestamps,
+# not ages: a reader computes the age at its own evaluation.
 RANK_NOT_WAITING = "rank:fleetscope_training_phase_start_timestamp_seconds:not_waiting"
 # The few ranks the progress rules single out, recorded once so that every rule reads a handful of series
 # instead of every rank's: ranks that said goodbye (value 1), ranks whose process is gone (value 0), ranks
@@ -149,7 +149,7 @@ SLOWDOWN_REASONS = "hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"
 # dashboard. Only these are recorded (the others, idle and application clocks among them, were half the
 # rules' recorded series per node and nothing read them).
 THROTTLE_SHARE_REASONS = f"{SLOWDOWN_REASONS}|sw_power_cap"
-# Share of time a GPU's clocks were held down, per reason (THROTTLE_SHARE_REASONS only).
+# Share of time a GPU's clocks were held down, per reason (THROTTLE_SHARE_REASONS only), where above 0.
 GPU_THROTTLE_SHARE = "instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate"
 # A GPU's SM clock over the median SM clock of its node.
 GPU_CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"

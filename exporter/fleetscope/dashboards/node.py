@@ -26,6 +26,7 @@ from fleetscope.signals import GPU_THROTTLE_SHARE, TCP_RETRANSMIT_RATIO, THROTTL
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
 G = N + ', gpu=~"$gpu"'
+THROTTLED = f'reason=~"{THROTTLE_SHARE_REASONS}", {G}'
 RATE = "[$__rate_interval]"
 RECOVERY_ACTIONS = {
     0: ("none", "green"),
@@ -73,8 +74,11 @@ def build() -> Any:
         timeseries_panel("SM clock", "hertz", ok(),
                          Q(f'fleetscope_gpu_clock_hertz{{clock="sm", {G}}}', "GPU {{gpu}}")),
         timeseries_panel("Clock slowdown by reason", "percentunit", rising(0.05, 0.2),
-                         Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{reason=~"{THROTTLE_SHARE_REASONS}", '
-                           f"{G}}})", "GPU {{gpu}} {{reason}}"),
+                         # The share is recorded only above 0: the GPU's own reasons fill in the zeros.
+                         Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{{THROTTLED}}})\nor\n'
+                           f"sum by (gpu, reason) (fleetscope_gpu_throttle_seconds_total{{{THROTTLED}}}) * 0\nor\n"
+                           f"sum by (gpu, reason) (fleetscope_gpu_throttle_active{{{THROTTLED}}}) * 0",
+                           "GPU {{gpu}} {{reason}}"),
                          minimum=0, stacked=True,
                          description="Share of time each GPU spent with its clocks lowered, "
                                      "by NVML clock-event reason."),

@@ -108,7 +108,12 @@ def suspects(s: Settings) -> str:
         f"  unless on ({RANK_KEY})\n{RANK_ENDED}\n"
         f"  unless on ({RANK_KEY})\n{RANK_GONE}"
     )
-    return f"(\n  {indent(not_waiting)}\n)\nor\n(\n  {indent(went_silent)}\n)"
+    # Only in hung jobs, the one place they are read: at any moment nearly every rank of every job is in its
+    # compute phase, and recording them all wrote one series per rank at every evaluation.
+    return (
+        f"(\n  (\n    {indent(not_waiting, '    ')}\n  )\n  or\n  (\n    {indent(went_silent, '    ')}\n  )\n)\n"
+        f"  and on (training_job)\n(\n  {indent(HUNG_JOBS)}\n)"
+    )
 
 
 def _query(s: Settings, metric: str, matchers: str, args: str, then: str, wrap: str = "{}") -> str:
