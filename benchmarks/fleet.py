@@ -27,6 +27,7 @@ about linearly in samples per series, the same for every size), and remote write
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import enum
@@ -287,7 +288,9 @@ class FleetServer:
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                # Prometheus may stop, or give up on the scrape, mid-answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
