@@ -131,10 +131,13 @@ def alert_rules(s: Settings) -> Group:
     alerts += [
         Alert(
             "GpuCorrectableEccAccelerating",
+            # Comparisons chained, not `and`-ed: the last window is read once (at fleet size the 1h windows are
+            # the costliest reads of the rules).
             (
-                f"increase({corrected}[{cw}]) > {num(s.ecc_corrected_min_increase)}\n"
-                f"and\n"
-                f"increase({corrected}[{cw}]) > {num(s.ecc_corrected_growth)} * increase({corrected}[{cw}] offset {cw})"
+                f"(\n"
+                f"  increase({corrected}[{cw}])\n"
+                f"    > {num(s.ecc_corrected_growth)} * increase({corrected}[{cw}] offset {cw})\n"
+                f") > {num(s.ecc_corrected_min_increase)}"
             ),
             "warning",
             "Correctable ECC errors on a GPU are accelerating.",
