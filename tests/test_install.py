@@ -148,6 +148,28 @@ def test_every_module_imports_without_extras(installed: Installed) -> None:
         assert f"pip install 'fleetscope[{extra}]'" in error, (module, error)
 
 
+DASHBOARDS_PROBE = r"""
+import json
+from fleetscope import dashboards
+
+loaded = dashboards.load()
+print(json.dumps({"directory": str(dashboards.default_directory()), "dashboards": loaded,
+                  "queries": [q.expr for q in dashboards.queries(loaded)]}))
+"""
+
+
+def test_dashboards_load_from_the_installed_wheel(installed: Installed) -> None:
+    """The fleet benchmark reads the panel queries from an installed fleetscope: the JSON ships as package data."""
+    from fleetscope import dashboards
+
+    probe = installed.run("python", "-c", DASHBOARDS_PROBE, cwd=installed.bin)  # not from the checkout
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    shipped = json.loads(probe.stdout)
+    assert "site-packages" in shipped["directory"], shipped["directory"]
+    assert shipped["dashboards"] == dashboards.load()  # the committed files, byte for byte in content
+    assert shipped["queries"] == [q.expr for q in dashboards.queries()] and len(shipped["queries"]) > 50
+
+
 def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None:
     require_binary("prometheus")
     base = free_port_run(2)

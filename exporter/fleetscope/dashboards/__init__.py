@@ -2,8 +2,10 @@
 
 The dashboards are built with grafana-foundation-sdk (pinned; an optional
 dependency, imported only by :func:`build_all`) and committed as JSON under
-``dashboards/`` at the repository root. Everything downstream reads that
-committed JSON, so it needs no SDK:
+``dashboards/`` at the repository root. The wheel ships that directory as
+package data (``fleetscope/dashboards/json``, in the checkout a link to
+``dashboards/``), so an installed fleetscope reads the same files. Everything
+downstream reads that committed JSON, so it needs no SDK:
 
 * :func:`queries` lists every panel query with its variables filled in, for
   running against a real Prometheus;
@@ -52,8 +54,8 @@ SIDECAR_FOLDER_ANNOTATION = "grafana_folder"
 
 
 def default_directory() -> Path:
-    """``dashboards/`` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "dashboards"
+    """The committed dashboards: ``dashboards/`` of the checkout, or the copy the installed wheel carries."""
+    return Path(__file__).resolve().parent / "json"
 
 
 def file_name(uid: str) -> str:
