@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.capture.archive import open_capture
 from fleetscope.capture.replay import install_nvml, replay_collectors, replay_config
@@ -44,3 +45,23 @@ def test_capture_replays_to_its_golden_metrics(tmp_path, name: str) -> None:
     with open(golden, encoding="utf-8") as handle:
         assert text == handle.read(), f"{name} replays differently; if intended, rerun with FLEETSCOPE_UPDATE_GOLDEN=1"
     assert 'fleetscope_collector_success{collector="gpu"} 1.0' in text
+
+
+
+@pytest.mark.parametrize("name", ["h100_real", "h100_real_idle"])
+def test_real_h100_captures_replay_what_the_gpu_answered(name: str) -> None:
+    """One H100 SXM in a VM (driver 580): no fan, no page retirement (row remapping instead), no NVLink peers;
+    under load the SM clock sits at 1,320 MHz of 1,980 its power cap counting
+    time."""
+    with open(os.path.join(LIBRARY, f"{name}.metrics"), encoding="utf-8") as handle:
+        samples = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "uuid"))): s.value
+                   for family in text_string_to_metric_families(handle.read()) for s in family.samples}
+    names = {sample_name for sample_name, _ in samples}
+    assert not names & {"fleetscope_gpu_fan_speed_ratio", "fleetscope_gpu_retired_pages",
+                        "fleetscope_gpu_retired_pages_pending", "fleetscope_gpu_nvlink_up",
+                        "fleetscope_gpu_nvlink_errors_total"}
+    assert samples[("fleetscope_gpu_nvml_devices", ())] == 1 == samples[("fleetscope_gpu_pci_devices", ())]
+    assert samples[("fleetscope_gpu_remapped_rows", (("cause", "correctable"), ("gpu", "0")))] == 0
+    if name == "h100_real":
+        assert samples[("fleetscope_gpu_clock_hertz", (("clock", "sm"), ("gpu", "0")))] == 1.32e9
+        assert samples[("fleetscope_gpu_throttle_seconds_total", (("gpu", "0"), ("reason", "sw_power_cap")))] > 30
