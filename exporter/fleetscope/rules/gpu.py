@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleetscope.metrics import MetricSpec
 from fleetscope.metrics import gpu as gpu_metrics
 from fleetscope.rules.model import Alert, Group, Record, held, new_or_increased, num, sel
 from fleetscope.rules.settings import Settings
@@ -31,6 +32,13 @@ XID_CLASSES: tuple[tuple[str, str, str, str], ...] = (
      "The application on this GPU faulted and must be restarted; the GPU itself is usually healthy."),
 )
 HARMLESS_XID = "IGNORE|WORKFLOW_XID_45"
+
+
+def _of_gpu(s: Settings, metric: MetricSpec) -> str:
+    """An alert template that reads ``metric`` of the alert's GPU (its value, or ? when the series is gone)."""
+    query = sel(s, metric, 'instance="%s", gpu="%s"')
+    return f"{{{{ with printf `{query}` $labels.instance $labels.gpu | query }}}}{{{{ . | first | value }}}}" \
+           "{{ else }}?{{ end }}"
 
 
 def recording_rules(s: Settings) -> Group:
@@ -174,6 +182,24 @@ def alert_rules(s: Settings) -> Group:
             f"{GPU_LABELS} replays {{{{ printf \"%.2f\" $value }}}} PCIe packets per second "
             f"(threshold {num(s.pcie_replays_per_second)}).",
             s.pcie_for,
+        ),
+        Alert(
+            "GpuPcieLinkDowntrained",
+            (
+                f"(\n"
+                f"  {held(s, gpu_metrics.PCIE_LINK_GENERATION)} < {held(s, gpu_metrics.PCIE_LINK_MAX_GENERATION)}\n"
+                f"  or\n"
+                f"  {held(s, gpu_metrics.PCIE_LINK_WIDTH)} < {held(s, gpu_metrics.PCIE_LINK_MAX_WIDTH)}\n"
+                f")\n"
+                f"and on (instance, gpu)\n"
+                f"{held(s, gpu_metrics.UTILIZATION_RATIO)} > {num(s.pcie_downtrain_busy_ratio)}"
+            ),
+            "warning",
+            "A busy GPU's PCIe link runs below its maximum generation or width.",
+            f"{GPU_LABELS} runs its PCIe link at Gen {_of_gpu(s, gpu_metrics.PCIE_LINK_GENERATION)} "
+            f"x{_of_gpu(s, gpu_metrics.PCIE_LINK_WIDTH)} while busy; link and host allow Gen "
+            f"{_of_gpu(s, gpu_metrics.PCIE_LINK_MAX_GENERATION)} x{_of_gpu(s, gpu_metrics.PCIE_LINK_MAX_WIDTH)}.",
+            s.pcie_downtrain_for,
         ),
         Alert(
             "GpuNvlinkErrors",

@@ -92,6 +92,10 @@ class Settings:
     temperature_for: str = "5m"
     pcie_replays_per_second: float = 0.1
     pcie_for: str = "15m"
+    # A PCIe link below its maximum generation or width while its GPU is busier than this, for pcie_downtrain_for,
+    # has trained down (an idle GPU lowers its link speed on purpose, so only a busy one counts).
+    pcie_downtrain_busy_ratio: float = 0.5
+    pcie_downtrain_for: str = "10m"
     nvlink_errors_per_second: float = 0.0  # any sustained error growth
     nvlink_for: str = "10m"
     nvlink_down_for: str = "5m"
@@ -199,6 +203,7 @@ E2E = dataclasses.replace(
     throttle_for="30s",
     temperature_for="30s",
     pcie_for="30s",
+    pcie_downtrain_for="30s",
     nvlink_for="30s",
     nvlink_down_for="30s",
     ecc_corrected_window="2m",
