@@ -255,7 +255,7 @@ def test_loader_survives_a_break_and_an_error_in_the_loader() -> None:
     with tracker.step():
         pass
     tracker.close(timeout=0.1)
-    assert tracker._depth == 0 and len(tracker.entries) == 4
+    assert tracker.timeline.depth == 0 and len(tracker.entries) == 4
 
 
 def test_loader_with_a_multi_worker_dataloader() -> None:
@@ -341,19 +341,29 @@ def test_a_loop_that_times_itself_says_where_it_is() -> None:
 
 def test_a_device_still_waiting_in_a_collective_reports_comm() -> None:
     class Event:
-        def __init__(self, done: bool) -> None:
-            self.done = done
+        done = False
 
         def query(self) -> bool:
             return self.done
 
+        def elapsed_time(self, end: Event) -> float:
+            return 0.0
+
+    events: list[Event] = []
+
+    def marker() -> Event:  # the device seam watch() attaches for a model on a GPU
+        events.append(Event())
+        return events[-1]
+
     tracker = Captured()
+    tracker.timeline.use_device(marker)
     with tracker.step():
-        end = Event(False)
-        tracker._device_wait = (end, time.perf_counter() - 5)  # what watch() leaves after an NCCL wait on a GPU
+        mark = tracker.timeline.enter("comm", since=time.perf_counter() - 5)  # as watch() times an NCCL wait
+        tracker.timeline.leave(mark)  # the host ran ahead: the launch returned at once
         position = tracker.position()
         assert position["phase"] == "comm" and position["since"] <= time.time() - 5
-        end.done = True
+        for event in events:
+            event.done = True
         assert tracker.position()["phase"] == "compute"
     tracker.close(timeout=0.1)
 
@@ -372,7 +382,7 @@ def test_device_times_are_pushed_once_their_events_complete() -> None:
     tracker = Captured()
     start, end = Event(0.0), Event(0.25)
     with tracker.step():
-        tracker._add_device_time("comm", start, end, host_seconds=0.001)
+        tracker.timeline.book_device("comm", start, end, host_seconds=0.001)
     with tracker.step():
         pass
     assert tracker.entries == []  # waiting for the device, without asking it to synchronise

@@ -43,6 +43,8 @@ try:
 except ImportError as exc:  # an optional part: say which extra brings it
     raise ImportError("fleetscope.client.distributed needs torch: pip install 'fleetscope[torch]'") from exc
 
+from fleetscope.client.timeline import Mark, Marker
+
 if TYPE_CHECKING:
     from fleetscope.client.tracker import StepTracker
 
@@ -50,35 +52,28 @@ logger = logging.getLogger("fleetscope.client")
 
 
 class _Timing:
-    """Times one region as ``comm``: host clock, plus CUDA events when the work is on a GPU."""
+    """Times one region as ``comm`` on the tracker's timeline (device events where it has a GPU)."""
 
     def __init__(self, tracker: StepTracker) -> None:
         self.tracker = tracker
+        self.timeline = tracker.timeline
 
-    def begin(self, device: torch.device | None, host_started: float | None = None) -> tuple[Any, ...]:
-        started = time.perf_counter() if host_started is None else host_started
-        event = None
-        if device is not None and device.type == "cuda" and self.tracker.cuda_events:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-        tracker = self.tracker
-        step, saved, _ = tracker._position
-        tracker._position = (step, "comm", started)
-        return started, event, saved
+    def begin(self, host_started: float | None = None) -> Mark:
+        return self.timeline.enter("comm", since=host_started)
 
-    def end(self, token: tuple[Any, ...]) -> None:
-        started, start_event, saved = token
-        now = time.perf_counter()
-        seconds = now - started
-        tracker = self.tracker
-        tracker._position = (tracker._position[0], saved, now)
-        if start_event is not None:
-            end_event = torch.cuda.Event(enable_timing=True)
-            end_event.record()
-            tracker._add_device_time("comm", start_event, end_event, seconds)
-            tracker._device_wait = (end_event, started)
-        else:
-            tracker.add("comm", seconds)
+    def end(self, mark: Mark) -> None:
+        self.timeline.leave(mark)
+
+
+def cuda_marker(device: torch.device) -> Marker:
+    """Records a timing event on ``device``'s current stream (the one the work being timed runs on)."""
+
+    def mark() -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
+
+    return mark
 
 
 def _device(module: torch.nn.Module) -> torch.device | None:
@@ -89,24 +84,26 @@ def _device(module: torch.nn.Module) -> torch.device | None:
 
 def watch(tracker: StepTracker, model: torch.nn.Module) -> None:
     device = _device(model)
-    if device is not None and device.type == "cuda" and device.index is not None:
-        tracker._set_device(device.index)
+    if device is not None and device.type == "cuda":
+        if device.index is not None:
+            tracker.use_gpu(device.index)
+        if tracker.cuda_events:
+            tracker.timeline.use_device(cuda_marker(device))
     timing = _Timing(tracker)
     if _watch_fsdp2(model, timing) or _watch_fsdp1(model, timing):
         return
     module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    _GradientWaits(module, timing, device)
+    _GradientWaits(module, timing)
 
 
 class _GradientWaits:
     """DDP's exposed all-reduce wait: from the last gradient to the end of DDP's own final callback."""
 
-    def __init__(self, module: torch.nn.Module, timing: _Timing, device: torch.device | None) -> None:
+    def __init__(self, module: torch.nn.Module, timing: _Timing) -> None:
         self.timing = timing
-        self.device = device
         self.last_gradient = 0.0
         self.armed = False
-        self.token: tuple[Any, ...] | None = None
+        self.token: Mark | None = None
         params = [p for p in module.parameters() if p.requires_grad]
         for param in params:
             param.register_post_accumulate_grad_hook(self._gradient)
@@ -124,11 +121,11 @@ class _GradientWaits:
     def _graph_done(self) -> None:
         self.armed = False
         try:
-            self.token = self.timing.begin(self.device, host_started=self.last_gradient)
+            self.token = self.timing.begin(host_started=self.last_gradient)
             torch.autograd.Variable._execution_engine.queue_callback(self._reduced)
         except Exception as exc:
             self.token = None
-            self.timing.tracker._error(exc)
+            self.timing.tracker.count_error(exc)
 
     def _reduced(self) -> None:
         token, self.token = self.token, None
@@ -136,7 +133,7 @@ class _GradientWaits:
             try:
                 self.timing.end(token)
             except Exception as exc:
-                self.timing.tracker._error(exc)
+                self.timing.tracker.count_error(exc)
 
 
 class _TimedCollective:
@@ -150,8 +147,7 @@ class _TimedCollective:
         return self._inner.allocate(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        output = kwargs.get("output_tensor", args[0] if args else None)
-        token = self._timing.begin(getattr(output, "device", None))
+        token = self._timing.begin()
         try:
             return self._inner(*args, **kwargs)
         finally:
@@ -195,7 +191,7 @@ def _watch_fsdp1(model: torch.nn.Module, timing: _Timing) -> bool:
         return True
 
     def reduce(state: Any, grad: torch.Tensor, output: torch.Tensor | None = None) -> None:
-        token = timing.begin(grad.device)
+        token = timing.begin()
         try:
             if output is None:  # NO_SHARD: an all-reduce
                 default_hooks.allreduce_hook(state, grad)
@@ -216,7 +212,7 @@ def _timed_unshard(handle: Any, timing: _Timing) -> Any:
         if not handle.needs_unshard():
             unshard()
             return
-        token = timing.begin(handle.flat_param.device)
+        token = timing.begin()
         try:
             unshard()
         finally:

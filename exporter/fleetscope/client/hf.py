@@ -25,14 +25,14 @@ try:
 except ImportError as exc:  # an optional hook: say which extra brings it
     raise ImportError("fleetscope.client.hf needs transformers: pip install 'fleetscope[hf]'") from exc
 
-from fleetscope.client.tracker import StepTracker, _Step
+from fleetscope.client.tracker import Step, StepTracker
 
 
 class FleetscopeCallback(TrainerCallback):
     def __init__(self, tracker: StepTracker | None = None, **tracker_kwargs: Any) -> None:
         self.tracker = tracker
         self._tracker_kwargs = tracker_kwargs
-        self._step: _Step | None = None
+        self._step: Step | None = None
         self._work_done: float | None = None  # when the previous step's own work last ended
         self._loss: float | None = None
         self._tokens_seen = 0
@@ -61,7 +61,7 @@ class FleetscopeCallback(TrainerCallback):
         if self.tracker is None:
             return
         if self._work_done is not None:
-            self.tracker._add_before_step("data", time.perf_counter() - self._work_done)
+            self.tracker.timeline.book("data", time.perf_counter() - self._work_done, before_step=True)
         self._step = self.tracker.step(state.global_step + 1)
         self._step.__enter__()
 

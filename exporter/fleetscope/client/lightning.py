@@ -29,7 +29,7 @@ except ImportError:  # the standalone package name
     except ImportError as exc:  # an optional hook: say which extra brings it
         raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
-from fleetscope.client.tracker import StepTracker, _Step, batch_size
+from fleetscope.client.tracker import Step, StepTracker, batch_size
 
 
 class FleetscopeCallback(Callback):
@@ -43,7 +43,7 @@ class FleetscopeCallback(Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self._step: _Step | None = None
+        self._step: Step | None = None
         self._last_end: float | None = None
         self._samples = 0
         self._last_global_step: int | None = None
@@ -68,11 +68,11 @@ class FleetscopeCallback(Callback):
             return
         gap = time.perf_counter() - self._last_end if self._last_end is not None else 0.0
         if self._step is None:
-            self.tracker._add_before_step("data", gap)
+            self.tracker.timeline.book("data", gap, before_step=True)
             self._step = self.tracker.step(trainer.global_step + 1)
             self._step.__enter__()
         else:  # a later micro-batch of the same optimizer step: its fetch is inside the step
-            self.tracker.add("data", gap)
+            self.tracker.timeline.book("data", gap)
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

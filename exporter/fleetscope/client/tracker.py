@@ -22,7 +22,9 @@ once a second: the step it is in, its phase (``data``, ``compute``, ``comm``,
 when. The training thread only writes one attribute per phase change for it.
 
 Every public method swallows its own errors: a monitoring bug must never
-stop training.
+stop training. Hooks (:mod:`.distributed`, :mod:`.hf`, :mod:`.lightning`)
+time through ``tracker.timeline`` (:mod:`.timeline`), the same seam the
+tracker's own context managers use.
 """
 
 from __future__ import annotations
@@ -33,69 +35,45 @@ import os
 import random
 import time
 import weakref
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from fleetscope import record
 from fleetscope.client.placement import detect, node_gpu, process_start_time, push_url
 from fleetscope.client.sender import Sender, SenderStats
+from fleetscope.client.timeline import PHASES, Mark, Timeline
 
 logger = logging.getLogger("fleetscope.client")
 
-# Phases whose time a step's record carries, by the record field that carries it.
-PHASES = {name: f"{name}_seconds" for name in ("data", "compute", "comm")}
-assert set(PHASES.values()) <= set(record.names(record.Role.DURATION, record.STEP_FIELDS))
-_DATA, _COMPUTE, _COMM = PHASES["data"], PHASES["compute"], PHASES["comm"]
-MAX_PENDING_GPU = 64  # steps awaiting CUDA events before their host-clock times are used instead
+__all__ = ["PHASES", "Phase", "Step", "StepTracker", "batch_size"]
 T = TypeVar("T")
 
 
-class _Open:
-    """The time a step has collected so far (also what is carried to the next step between steps)."""
+class Phase:
+    """``with tracker.phase(name):`` the rank is in a phase (see :meth:`StepTracker.phase`)."""
 
-    __slots__ = ("compute_added", "events", "seconds", "wall")
+    __slots__ = ("_mark", "_name", "_timeline")
 
-    def __init__(self) -> None:
-        self.wall = 0.0  # phases timed outside the step, counted in its wall time
-        self.seconds: dict[str, float] = {}
-        self.events: list[tuple[str, Any, Any, float]] = []  # (field, start, end, host seconds)
-        self.compute_added = False
+    def __init__(self, timeline: Timeline, name: str) -> None:
+        self._timeline = timeline
+        self._name = name
+        self._mark: Mark | None = None
 
-
-class _Phase:
-    __slots__ = ("_field", "_position_phase", "_saved_phase", "_started", "_tracker")
-
-    def __init__(self, tracker: StepTracker, name: str) -> None:
-        self._tracker = tracker
-        self._field = PHASES.get(name) if name != "compute" else None  # compute is what is left
-        self._position_phase = name if name in PHASES else "other"
-        self._started = 0.0
-        self._saved_phase = "idle"
-
-    def __enter__(self) -> _Phase:
-        tracker = self._tracker
-        step, self._saved_phase, _ = tracker._position
-        self._started = started = time.perf_counter()
-        tracker._position = (step, self._position_phase, started)
-        tracker._depth += 1
+    def __enter__(self) -> Phase:
+        self._mark = self._timeline.enter(self._name)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        now = time.perf_counter()
-        elapsed = now - self._started
-        tracker = self._tracker
-        tracker._depth -= 1
-        tracker._position = (tracker._position[0], self._saved_phase, now)
-        target = tracker._current or tracker._carry
-        if tracker._current is None and tracker._depth == 0:
-            target.wall += elapsed  # outside a step: part of the next step's wall time
-        if self._field is not None:
-            target.seconds[self._field] = target.seconds.get(self._field, 0.0) + elapsed
+        if self._mark is not None:
+            self._timeline.leave(self._mark)
+            self._mark = None
 
 
-class _Step:
-    """The open step: its fields can be set inside the ``with`` block (``s.loss = ...``)."""
+class Step:
+    """The open step: its fields can be set inside the ``with`` block (``s.loss = ...``).
+
+    Hooks that cannot use a ``with`` block (a trainer's callbacks) call ``__enter__`` when the step begins
+    and ``__exit__(None, None, None)`` when it ends.
+    """
 
     __slots__ = ("_started", "_tracker", "loss", "samples", "step", "tokens")
 
@@ -114,27 +92,29 @@ class _Step:
         self.loss = loss
         self._started = 0.0
 
-    def __enter__(self) -> _Step:
-        tracker = self._tracker
-        if self.step is None:
-            self.step = tracker._next_step
-        tracker._current, tracker._carry = tracker._carry, _Open()
-        self._started = started = time.perf_counter()
-        tracker._position = (self.step, "compute", started)
+    def __enter__(self) -> Step:
+        self.step, self._started = self._tracker.timeline.begin_step(self.step)
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        now = time.perf_counter()
-        elapsed = now - self._started
         tracker = self._tracker
-        collected = tracker._current or _Open()
-        tracker._current = None
-        number = self.step if self.step is not None else tracker._next_step
-        tracker._position = (number + 1, "idle", now)
-        if exc_type is not None:
-            tracker._next_step = number + 1
-            return  # a failed step is not a step; the exception goes on to the caller
-        tracker._finish(self, number, elapsed + collected.wall, collected)
+        number = self.step if self.step is not None else tracker.timeline.next_step
+        fields: dict[str, Any] | None = None
+        if exc_type is None:  # a failed step is not a step; the exception goes on to the caller
+            try:
+                fields = {}
+                if self.tokens is not None:
+                    fields["tokens"] = _plain(self.tokens)
+                if self.samples is not None:
+                    fields["samples"] = _plain(self.samples)
+                if self.loss is not None:
+                    fields["loss"] = _plain(self.loss)
+            except Exception as error:
+                tracker.count_error(error)
+        try:
+            tracker.timeline.end_step(number, self._started, fields)
+        except Exception as error:
+            tracker.count_error(error)
 
 
 class _Loader:
@@ -244,16 +224,9 @@ class StepTracker:
             if value is not None:
                 self._fields[key] = value
         self.cuda_events = cuda_events
-        self._next_step = 1
-        self._current: _Open | None = None
-        self._carry = _Open()
-        self._depth = 0  # phases open now
-        # (step, phase, since): written by the training thread, read by the sender's. ``since`` is on the
-        # perf_counter clock (no wall-clock read on the training thread); position() converts it.
-        self._position: tuple[int, str, float] = (1, "idle", time.perf_counter())
-        self._device_wait: tuple[Any, float] | None = None  # (end event, perf_counter start) of a GPU wait
-        self._pending: deque[tuple[dict[str, Any], _Open]] = deque()  # steps awaiting CUDA events
         self.errors = 0
+        # Where the rank is and what its open step collected: the seam every hook times through.
+        self.timeline = Timeline(self._deliver, self.count_error)
         ref = weakref.ref(self)
         self.sender = Sender(
             push_url(url, env),
@@ -276,42 +249,37 @@ class StepTracker:
         tokens: int | None = None,
         samples: int | None = None,
         loss: float | None = None,
-    ) -> _Step:
+    ) -> Step:
         """Context manager timing one step (numbered 1, 2, ... unless ``step`` is given)."""
-        return _Step(self, step, tokens, samples, loss)
+        return Step(self, step, tokens, samples, loss)
 
-    def phase(self, name: str) -> _Phase:
+    def phase(self, name: str) -> Phase:
         """Context manager timing a phase: ``data`` and ``comm`` are booked as such; ``compute`` and other
         names only mark where the rank is (their time is the step's compute, the rest of the step)."""
-        return _Phase(self, name)
+        return Phase(self.timeline, name)
 
     def add(self, phase: str, seconds: float) -> None:
         """Add a duration measured elsewhere to a phase (``data``, ``compute`` or ``comm``) of the open
         step, or of the next step when none is open. Added ``compute`` replaces "the rest of the step".
         Call it from the training thread, or while that thread waits for the measured work."""
         try:
-            field = PHASES[phase]
+            if phase not in PHASES:
+                raise KeyError(phase)
             value = float(seconds)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{phase} seconds must be a finite number >= 0, got {seconds!r}")
-            target = self._current or self._carry
-            target.seconds[field] = target.seconds.get(field, 0.0) + value
-            if field == _COMPUTE:
-                target.compute_added = True
+            self.timeline.book(phase, value)
         except Exception as exc:
-            self._error(exc)
+            self.count_error(exc)
 
     def now_in(self, phase: str, step: int | None = None) -> None:
         """Say which phase the rank is in from now on (``data``, ``compute``, ``comm``, ``other`` or ``idle``),
         for loops that time themselves and push with :meth:`report`; the next phase or step replaces it.
         Only the position changes: nothing is timed or booked."""
         try:
-            if phase not in record.PHASES or phase == "ended":
-                raise ValueError(f"unknown phase {phase!r}")
-            number = step if step is not None else self._position[0]
-            self._position = (number, phase, time.perf_counter())
+            self.timeline.now_in(phase, step)
         except Exception as exc:
-            self._error(exc)
+            self.count_error(exc)
 
     def loader(self, iterable: Iterable[T]) -> Iterable[T]:
         """``for batch in tracker.loader(loader):`` books each fetch (and starting each pass) as ``data``."""
@@ -334,22 +302,12 @@ class StepTracker:
 
             watch(self, model)  # type: ignore[arg-type]  # any object: watch() checks what it is
         except Exception as exc:
-            self._error(exc)
+            self.count_error(exc)
         return model
 
-    def _add_before_step(self, phase: str, seconds: float) -> None:
-        """Book time spent before the next step opened (a framework's batch fetch) into that step."""
-        if self._current is None and seconds > 0:
-            self._carry.wall += seconds
-        self.add(phase, seconds)
-
-    def _add_device_time(self, phase: str, start: Any, end: Any, host_seconds: float) -> None:
-        """Book a duration known later from CUDA events (``host_seconds`` if they do not complete)."""
-        target = self._current or self._carry
-        target.events.append((PHASES[phase], start, end, host_seconds))
-
-    def _set_device(self, ordinal: int) -> None:
-        """The CUDA device the model lives on, once known: names the GPU exactly."""
+    def use_gpu(self, ordinal: int) -> None:
+        """The CUDA device the rank computes on, once known (``watch()`` tells it): names the GPU exactly,
+        unless ``gpu=`` was given."""
         if not self._gpu_given:
             gpu = node_gpu(self._environ, self._fields.get("local_rank"), ordinal)
             if gpu is not None:
@@ -359,50 +317,10 @@ class StepTracker:
 
     def position(self) -> dict[str, Any]:
         """Where the rank is now: the step it is in, its phase and since when (Unix time)."""
-        step, phase, since = self._position
-        device_wait = self._device_wait
-        if device_wait is not None and phase in ("compute", "other"):
-            end, started = device_wait
-            try:
-                waiting = not end.query()  # a thread-safe, non-blocking look at the device
-            except Exception:
-                waiting = False
-            if waiting:  # the host ran ahead; the device still waits in a collective
-                phase, since = "comm", min(since, started)
-        return {"step": step, "phase": phase, "since": time.time() - (time.perf_counter() - since)}
+        return self.timeline.position()
 
-    def _finish(self, step: _Step, number: int, seconds: float, collected: _Open) -> None:
-        try:
-            self._next_step = number + 1
-            entry: dict[str, Any] = {"step": number, "step_seconds": seconds, "timestamp": time.time()}
-            entry.update(collected.seconds)
-            for key in ("tokens", "samples", "loss"):
-                value = getattr(step, key)
-                if value is not None:
-                    entry[key] = _plain(value)
-            if collected.events or self._pending:  # in order: behind steps awaiting their events
-                self._pending.append((entry, collected))
-            else:
-                self.sender.put(_with_compute(entry, collected))
-            if self._pending:
-                self._resolve_device_times(force=len(self._pending) > MAX_PENDING_GPU)
-        except Exception as exc:
-            self._error(exc)
-
-    def _resolve_device_times(self, force: bool = False) -> None:
-        """Push steps whose CUDA events completed (never waits on the device)."""
-        while self._pending:
-            entry, collected = self._pending[0]
-            done = all(end.query() for _, _, end, _ in collected.events)
-            if not done and not force:
-                return
-            for field, start, end, host_seconds in collected.events:
-                # Too far behind: the host clock's measure rather than hold more records.
-                value = start.elapsed_time(end) / 1000.0 if done else host_seconds
-                entry[field] = entry.get(field, 0.0) + value
-            self._pending.popleft()
-            self.sender.put(_with_compute(entry, collected))
-            force = False
+    def _deliver(self, entry: dict[str, Any]) -> None:
+        self.sender.put(entry)
 
     # -- plain reporting ----------------------------------------------------------------------
 
@@ -421,15 +339,14 @@ class StepTracker:
     ) -> None:
         """Push one step measured by the caller."""
         try:
-            number = step if step is not None else self._next_step
-            self._next_step = number + 1
-            self._position = (number + 1, "idle", time.perf_counter())
+            number = step if step is not None else self.timeline.next_step
+            self.timeline.reported(number)
             entry: dict[str, Any] = {"step": number, "step_seconds": _plain(step_seconds)}
             entry["timestamp"] = timestamp if timestamp is not None else time.time()
             for key, value in (
-                (_DATA, data_seconds),
-                (_COMPUTE, compute_seconds),
-                (_COMM, comm_seconds),
+                (PHASES["data"], data_seconds),
+                (PHASES["compute"], compute_seconds),
+                (PHASES["comm"], comm_seconds),
                 ("tokens", tokens),
                 ("samples", samples),
                 ("loss", loss),
@@ -438,7 +355,7 @@ class StepTracker:
                     entry[key] = _plain(value)
             self.sender.put(entry)
         except Exception as exc:
-            self._error(exc)
+            self.count_error(exc)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -454,11 +371,10 @@ class StepTracker:
             if not goodbye:
                 self.sender.abandon()
                 return
-            while self._pending:
-                self._resolve_device_times(force=True)
+            self.timeline.flush()
             self.sender.close(timeout)
         except Exception as exc:
-            self._error(exc)
+            self.count_error(exc)
 
     def __enter__(self) -> StepTracker:
         return self
@@ -466,7 +382,8 @@ class StepTracker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _error(self, exc: Exception) -> None:
+    def count_error(self, exc: Exception) -> None:
+        """Count a monitoring error (logged once at warning, then at debug): it never reaches the loop."""
         self.errors += 1
         if self.errors == 1:
             logger.warning("fleetscope: step tracking error (further ones are logged at debug): %r", exc)
@@ -477,14 +394,6 @@ class StepTracker:
 def _position_of(ref: weakref.ref[StepTracker]) -> dict[str, Any] | None:
     tracker = ref()
     return tracker.position() if tracker is not None else None
-
-
-def _with_compute(entry: dict[str, Any], collected: _Open) -> dict[str, Any]:
-    """The step's compute: what was added as such, or the rest of the step after data and comm."""
-    if not collected.compute_added:
-        rest = entry["step_seconds"] - entry.get(_DATA, 0.0) - entry.get(_COMM, 0.0)
-        entry[_COMPUTE] = max(0.0, rest)
-    return entry
 
 
 def _plain(value: Any) -> Any:
