@@ -47,7 +47,9 @@ def _series(dump: str, procfs: str, name: str) -> NodeSeries:
     from fleetscope.collectors.nccl import NcclCollector
     from fleetscope.config import load
 
-    collector = NcclCollector(load({"nccl.dir": dump, "path.procfs": procfs, "nccl.ttl": "100000h"}, environ={}))
+    # The fixture's procfs has no Uid lines: its files (this checkout's) are read as a configured owner's.
+    collector = NcclCollector(load({"nccl.dir": dump, "path.procfs": procfs, "nccl.ttl": "100000h",
+                                    "nccl.file-owners": str(os.getuid())}, environ={}))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Fixed(collector.collect()))  # type: ignore[arg-type]
     samples = [s for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples]
@@ -94,7 +96,7 @@ def _reader_cost(root: str, records: int, clock: Callable[[], float] = time.proc
                         dump_us=1_767_225_600_000_000 + n)
             for n in range(records))
     size = os.path.getsize(path)
-    reader = InspectorReader(root, max_read_bytes=size + 1, ttl=1e12)
+    reader = InspectorReader(root, max_read_bytes=size + 1, ttl=1e12, owners=(os.getuid(),))
     started = clock()
     count = sum(1 for _ in reader.poll())
     return count, size, clock() - started
@@ -118,7 +120,7 @@ def render(results: NcclResults) -> list[str]:
         "",
         ("The `nccl` collector on an 8-rank node (one file per rank), one collection, every record attributed to "
          "its training job and rank. Per rank and communicator: one `fleetscope_nccl_communicator_info` and three "
-         "counters per (operation, size bucket); 9 reader series per node. The p5 node above has no Inspector "
+         "counters per (operation, size bucket); 14 reader series per node. The p5 node above has no Inspector "
          "output: add these to its total."),
         "",
         "| 8-rank node | communicators per rank | keys per rank | info | per-key series | node-level | series |",

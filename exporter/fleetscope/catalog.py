@@ -68,7 +68,7 @@ def _levels_section() -> list[str]:
     lines += [
         "",
         "Not in these figures: Xids (one series per GPU and Xid code seen), `fleetscope_gpu_job_info` (one per",
-        "GPU with a job), NCCL Inspector output (65 to 281 series per 8-rank node, `docs/benchmarks.md`) and",
+        "GPU with a job), NCCL Inspector output (70 to 286 series per 8-rank node, `docs/benchmarks.md`) and",
         "Pushgateway-style groups.",
         "",
     ]

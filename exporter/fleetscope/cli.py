@@ -50,8 +50,9 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(f"--{key}", action=argparse.BooleanOptionalAction,
                                help=f"{info.help} (default: {info.default}; env {info.env})", **kwargs)
         else:
+            default = ",".join(map(str, info.default)) or "none" if isinstance(info.default, tuple) else info.default
             group.add_argument(f"--{key}", metavar="VALUE",
-                               help=f"{info.help} (default: {info.default!s}; env {info.env})", **kwargs)
+                               help=f"{info.help} (default: {default!s}; env {info.env})", **kwargs)
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

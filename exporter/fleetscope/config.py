@@ -106,6 +106,20 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def parse_uids(value: Any) -> tuple[int, ...]:
+    """Numeric user ids, comma-separated (or a YAML list); empty for none."""
+    items = value if isinstance(value, list) else [] if value is None else str(value).split(",")
+    uids = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        if isinstance(item, bool) or not text.isdigit():
+            raise ValueError(f"expected numeric user ids separated by commas, got {item!r}")
+        uids.append(int(text))
+    return tuple(uids)
+
+
 def setting(key: str, default: Any, parse: Callable[[Any], Any], help: str) -> Any:
     return field(default=default, metadata={"key": key, "parse": parse, "help": help})
 
@@ -200,7 +214,13 @@ class NcclConfig:
     )
     max_keys: int = setting(
         "nccl.max-keys", 1024, parse_count,
-        "Most (rank, communicator, operation, size bucket) totals kept; records of further ones are skipped.",
+        "Most (rank, communicator, operation, size bucket) totals kept, a quarter of them per process; records "
+        "of further ones are skipped.",
+    )
+    file_owners: tuple[int, ...] = setting(
+        "nccl.file-owners", (), parse_uids,
+        "User ids whose Inspector files are read even when no live process of theirs wrote them (comma-separated; "
+        "empty: only files whose writer process is alive and owns them).",
     )
 
 

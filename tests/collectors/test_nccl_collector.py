@@ -35,6 +35,8 @@ class Clock:
 
 
 def collector(dump: str, procfs: str, clock: Clock | None = None, **settings: object) -> NcclCollector:
+    """The fixtures' procfs trees have no Uid lines: their files are read as a configured owner's."""
+    settings.setdefault("file_owners", str(os.getuid()))
     config = load({"nccl.dir": dump, "path.procfs": procfs, "nccl.ttl": "100000h",
                    **{f"nccl.{k.replace('_', '-')}": v for k, v in settings.items()}}, environ={})
     return NcclCollector(config, clock=clock or Clock())
@@ -195,3 +197,52 @@ def test_every_exported_name_is_in_the_table() -> None:
     text = exposition(collector(os.path.join(NODE8, "dump"), os.path.join(NODE8, "proc")))
     exported = {f.name for f in text_string_to_metric_families(text)}
     assert {n.removesuffix("_total") for n in names} == exported
+
+
+# -- the directory is writable by every job, and the daemon reads it as root (#30) ----------------------
+
+
+def test_a_planted_symlink_to_a_root_only_file_leaves_no_trace(tmp_path: Path) -> None:
+    """Measured before: the target's first line became a comm_name label, and json skips gave its line count."""
+    secret = tmp_path / "shadow"
+    secret.write_text('{"header":{"id":"0x1","comm_name":"root:$6$secret","rank":0,"n_ranks":1},"coll_perf":'
+                      '{"coll":"AllReduce","coll_msg_size_bytes":1,"coll_exec_time_us":1}}\n' + "daemon:*:19000\n" * 7)
+    secret.chmod(0o600)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    dump.chmod(0o1777)
+    # Named after a live process (this one) whose user owns the target: only the link gives it away.
+    link = dump / f"node-a-pid{os.getpid()}.log"
+    os.symlink(secret, link)
+    if os.geteuid() == 0:
+        os.lchown(link, 65534, 65534)  # planted by nobody
+    text = exposition(collector(str(dump), "/proc", file_owners=""))
+    assert "secret" not in text and "0x1" not in text
+    registry = registry_of(collector(str(dump), "/proc", file_owners="").collect())
+    assert registry.get_sample_value("fleetscope_nccl_ignored_files", {"reason": "symlink"}) == 1
+    for reason in ("json", "fields", "too_long", "unknown_kind", "key_limit"):
+        assert registry.get_sample_value("fleetscope_nccl_skipped_records_total", {"reason": reason}) == 0
+    assert registry.get_sample_value("fleetscope_nccl_records_total", {"kind": "collective"}) == 0
+
+
+def test_one_process_cannot_take_every_key(tmp_path: Path) -> None:
+    """A writer inventing communicators gets a quarter of nccl.max-keys; a real rank still gets its keys."""
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    flood = RankProcess(0, 0, "other", host_pid=900, pid=900, hostname="node-a")
+    rank = RankProcess(1, 1, "llm", host_pid=901, pid=901, hostname="node-a")
+    node.add_process(flood)
+    node.add_process(rank)
+    node.append(flood, [record_line(Comm(f"0x{n:x}", 0, 2, 1, "x" * 500), "AllReduce", n, 1 << 20, 10,
+                                    hostname="node-a", pid=900, dump_us=n) for n in range(1, 3001)])
+    c = collector(str(tmp_path / "dump"), str(tmp_path / "proc"), max_keys=64, file_owners="")
+    c.collect()
+    node.append(rank, [record_line(Comm("0xfeed", 1, 2, 1), "AllReduce", 1, 1 << 20, 10, hostname="node-a",
+                                   pid=901, dump_us=1)])
+    registry = registry_of(c.collect())
+    infos = [s for f in registry.collect() for s in f.samples if s.name == "fleetscope_nccl_communicator_info"]
+    assert len([s for s in infos if s.labels["training_job"] == "other"]) == 16  # 64 // 4
+    assert all(len(s.labels["comm_name"]) <= 128 for s in infos)
+    assert registry.get_sample_value("fleetscope_nccl_collectives_total", {
+        "training_job": "llm", "rank": "1", "comm": "0xfeed", "comm_rank": "1", "collective": "AllReduce",
+        "size_bucket": "1-16MiB"}) == 1
+    assert registry.get_sample_value("fleetscope_nccl_skipped_records_total", {"reason": "key_limit"}) == 3000 - 16

@@ -42,6 +42,12 @@ def test_environ_keeps_only_job_variables() -> None:
     assert env == {"RANK": "3", "LOCAL_RANK": "3", "SLURM_JOB_ID": "99"}
 
 
+def test_a_value_longer_than_a_job_id_is_no_label() -> None:
+    """A process's environment becomes labels: one 100 kB FLEETSCOPE_JOB would be a 100 kB label (#30)."""
+    env = parse_environ("FLEETSCOPE_JOB=" + "j" * 100_000 + "\0RANK=3\0SLURM_JOB_ID=" + "9" * 128 + "\0")
+    assert env == {"RANK": "3", "SLURM_JOB_ID": "9" * 128}
+
+
 def make_proc(root: str, pid: int, cgroup: str, environ: dict[str, str] | None) -> None:
     path = os.path.join(root, str(pid))
     os.makedirs(path)

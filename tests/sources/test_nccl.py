@@ -14,6 +14,7 @@ from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_li
 from fleetscope.sources.fs import Root
 from fleetscope.sources.nccl import (
     MAX_LINE_BYTES,
+    MAX_NAME_CHARS,
     InspectorFile,
     InspectorReader,
     InspectorRecord,
@@ -25,6 +26,8 @@ from fleetscope.sources.nccl import (
 from tests.conftest import FIXTURES
 
 NCCL = os.path.join(FIXTURES, "nccl")
+# The fixtures' files are this test's own, written by no live process: read as a configured owner's.
+MINE = frozenset({os.getuid()})
 
 
 class Clock:
@@ -37,7 +40,7 @@ class Clock:
 
 def read_all(directory: str, **kwargs: object) -> tuple[list[tuple[InspectorFile, InspectorRecord]], InspectorReader]:
     reader = InspectorReader(directory, max_read_bytes=int(kwargs.pop("max_read_bytes", 1 << 20)),  # type: ignore[call-overload]
-                             ttl=float(kwargs.pop("ttl", 1e12)), **kwargs)  # type: ignore[arg-type]
+                             ttl=float(kwargs.pop("ttl", 1e12)), owners=MINE, **kwargs)  # type: ignore[arg-type]
     return list(reader.poll()), reader
 
 
@@ -161,7 +164,7 @@ def test_a_half_written_last_line_waits_for_its_end(tmp_path: Path) -> None:
     path = tmp_path / "node-a-pid4242.log"
     line = comm_line(2)
     path.write_text(comm_line(1) + line[:57])
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600, owners=MINE)
     assert sequences(reader) == [1]
     assert sequences(reader) == []  # still half a line: nothing, and nothing counted as malformed
     with path.open("a") as handle:
@@ -173,7 +176,7 @@ def test_a_half_written_last_line_waits_for_its_end(tmp_path: Path) -> None:
 def test_rename_rotation_keeps_reading_the_renamed_file_and_finds_the_new_one(tmp_path: Path) -> None:
     path = tmp_path / "node-a-pid4242.log"
     path.write_text(comm_line(1))
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600, owners=MINE)
     assert sequences(reader) == [1]
     writer = path.open("a")  # the plugin's FILE*, kept open across the rotation
     os.rename(path, tmp_path / "node-a-pid4242.log.1")
@@ -192,7 +195,7 @@ def test_copytruncate_with_the_plugins_own_file_position(tmp_path: Path) -> None
     writer = path.open("w")
     writer.write(comm_line(1))
     writer.flush()
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600, owners=MINE)
     assert sequences(reader) == [1]
     writer.write(comm_line(2))  # written, not yet read...
     writer.flush()
@@ -208,7 +211,7 @@ def test_copytruncate_with_the_plugins_own_file_position(tmp_path: Path) -> None
 def test_a_shorter_file_is_read_again_from_the_start(tmp_path: Path) -> None:
     path = tmp_path / "node-a-pid4242.log"
     path.write_text(comm_line(1) + comm_line(2))
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600, owners=MINE)
     assert sequences(reader) == [1, 2]
     with path.open("r+") as handle:
         handle.truncate(0)
@@ -223,7 +226,7 @@ def test_reads_at_most_the_budget_per_poll_and_catches_up(tmp_path: Path) -> Non
     path.write_text("")
     lines = [comm_line(i) for i in range(1, 201)]
     size = sum(len(x) for x in lines)
-    reader = InspectorReader(str(tmp_path), max_read_bytes=size // 4, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=size // 4, ttl=3600, owners=MINE)
     assert sequences(reader) == []
     path.write_text("".join(lines))  # a burst: four polls' worth
     seen: list[int | None] = []
@@ -242,7 +245,7 @@ def test_a_long_backlog_at_start_is_read_from_its_end(tmp_path: Path, extra: int
     lines = [comm_line(i) for i in range(1, 101)]
     (tmp_path / "node-a-pid4242.log").write_text("".join(lines))
     budget = sum(len(line) for line in lines[-10:]) + extra  # exactly ten lines, or ten and a piece
-    reader = InspectorReader(str(tmp_path), max_read_bytes=budget, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=budget, ttl=3600, owners=MINE)
     got = sequences(reader)
     assert got == list(range(91, 101))  # a cut line before them is dropped, not counted as malformed
     assert sum(reader.stats.skipped.values()) == 0
@@ -251,7 +254,7 @@ def test_a_long_backlog_at_start_is_read_from_its_end(tmp_path: Path, extra: int
 def test_a_line_without_end_is_skipped_as_too_long(tmp_path: Path) -> None:
     path = tmp_path / "node-a-pid4242.log"
     path.write_bytes(b"x" * (MAX_LINE_BYTES + 10) + b"\n" + comm_line(1).encode())
-    reader = InspectorReader(str(tmp_path), max_read_bytes=4 << 20, ttl=3600)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=4 << 20, ttl=3600, owners=MINE)
     got: list[int | None] = []
     for _ in range(3):
         got += sequences(reader)
@@ -267,7 +270,7 @@ def test_old_files_are_ignored_idle_ones_expire_and_resume_without_rereading(tmp
     live = tmp_path / "node-a-pid2.log"
     live.write_text(comm_line(1, pid=2))
     os.utime(live, (clock.now, clock.now))
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=600, clock=clock)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=600, clock=clock, owners=MINE)
     assert [(f.pid, r.sequence) for f, r in reader.poll()] == [(2, 1)]
     clock.now += 601
     assert sequences(reader) == []
@@ -283,7 +286,7 @@ def test_per_job_subdirectories_and_prometheus_textfiles(tmp_path: Path) -> None
     (tmp_path / "81234" / "node-a-pid7.log").write_text(comm_line(5, pid=7))
     shutil.copytree(os.path.join(NCCL, "prom"), tmp_path / "prom")
     (tmp_path / "notes.txt").write_text("not an output file\n")
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12, owners=MINE)
     assert sequences(reader) == [5]
     assert [os.path.basename(p) for p in reader.stats.prometheus_files] == [
         "nccl_inspector_metrics_GPU-5b1c7e4a-90d2-4f1e-8c33-2a6f0d9e1b47.prom"]
@@ -292,9 +295,9 @@ def test_per_job_subdirectories_and_prometheus_textfiles(tmp_path: Path) -> None
 def test_file_limit(tmp_path: Path) -> None:
     for pid in range(5):
         (tmp_path / f"node-a-pid{pid}.log").write_text(comm_line(1, pid=pid))
-    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12, max_files=3)
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=1e12, max_files=3, owners=MINE)
     assert len(sequences(reader)) == 3
-    assert reader.stats.files_over_limit == 2
+    assert reader.stats.ignored["limit"] == 2
     reader.close()
     assert reader.stats.files == 3 and reader.followed() == []
 
@@ -351,3 +354,139 @@ def test_real_plugin_output_parses_whole(directory: str | None) -> None:
         assert record.comm.startswith("0x") and record.comm_ranks == 1 and record.seconds >= 0
         if timing:
             assert record.timing_source == timing
+
+
+# -- hostile writers: the directory is writable by every job, and the daemon reads it as root (#30) ----
+
+
+def good_lines(count: int, pid: int = 4242) -> list[str]:
+    return [comm_line(i, pid=pid) for i in range(1, count + 1)]
+
+
+HOSTILE_LINES = [
+    "[" * 100_000 + "]" * 100_000 + "\n",  # deeper than the parser's recursion limit: RecursionError
+    comm_line(9999).replace('"coll_exec_time_us":100', '"coll_exec_time_us":' + "9" * 400),  # OverflowError
+    comm_line(9999).replace('"dump_timestamp_us":', '"dump_timestamp_us":' + "9" * 400),
+    comm_line(9999).replace('"coll_busbw_gbs":', '"coll_busbw_gbs":' + "9" * 400),
+    comm_line(9999).replace('"hostname":"node-a"', '"hostname":' + "[" * 5000 + "]" * 5000),
+    comm_line(9999).replace('"0xabc"', '"0x' + "a" * 4000 + '"'),  # an id of any length would be a label
+    comm_line(9999).replace('"AllReduce"', '"' + "A" * 4000 + '"'),
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_LINES, ids=["nested", "exec-digits", "stamp-digits", "busbw-digits",
+                                                         "nested-hostname", "long-id", "long-operation"])
+def test_one_hostile_line_costs_that_line_only(tmp_path: Path, hostile: str) -> None:
+    """Measured before: RecursionError/OverflowError out of the parser; 200 good records of 500 lost uncounted."""
+    lines = good_lines(500)
+    (tmp_path / "node-a-pid4242.log").write_text("".join(lines[:300]) + hostile + "".join(lines[300:]))
+    got, reader = read_all(str(tmp_path))
+    assert [r.sequence for _, r in got if r.sequence != 9999] == list(range(1, 501))
+    # The hostile line is skipped and counted, or read without the optional field it spoiled.
+    assert len(got) - 500 + sum(reader.stats.skipped.values()) == 1, reader.stats.skipped
+
+
+def test_a_long_communicator_name_is_cut_not_kept_whole() -> None:
+    line = comm_line(1).replace('"comm_name":"unknown"', '"comm_name":"' + "n" * 100_000 + '"')
+    assert len(parse_record(line).comm_name) == MAX_NAME_CHARS
+
+
+def test_a_planted_symlink_or_hard_link_is_not_followed(tmp_path: Path) -> None:
+    """Any user may plant a link named like an output file; the daemon, root, would read its target."""
+    secret = tmp_path / "secret"
+    secret.write_text(comm_line(1) + "root-only line\n" * 7)
+    secret.chmod(0o600)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    os.symlink(secret, dump / "node-a-pid4242.log")
+    (dump / "81234").mkdir()
+    os.symlink(secret, dump / "81234" / "node-a-pid4243.log")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "node-a-pid4245.log").write_text(comm_line(1))
+    os.symlink(tmp_path / "elsewhere", dump / "81235")  # a linked subdirectory is not entered either
+    os.link(secret, dump / "node-a-pid4244.log")
+    got, reader = read_all(str(dump))
+    assert got == []
+    assert sum(reader.stats.skipped.values()) == 0  # not even the line count leaks
+    assert reader.stats.ignored["symlink"] == 2 and reader.stats.ignored["hardlink"] == 1
+
+
+def test_a_file_swapped_for_a_symlink_after_the_scan_is_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text(comm_line(1))
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    planted = dump / "node-a-pid4242.log"
+    planted.write_text(comm_line(2))
+    reader = InspectorReader(str(dump), max_read_bytes=1 << 20, ttl=1e12, owners=MINE)
+    real_scan = reader._scan
+
+    def swap_after_scan(*args: object) -> object:
+        found = real_scan(*args)  # type: ignore[arg-type]
+        planted.unlink()
+        os.symlink(secret, planted)
+        return found
+
+    reader._scan = swap_after_scan  # type: ignore[method-assign]
+    assert sequences(reader) == []
+
+
+def test_device_nodes_and_fifos_are_not_opened(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "node-a-pid4242.log")
+    got, reader = read_all(str(tmp_path))
+    assert got == [] and reader.stats.ignored["not_regular"] == 1
+
+
+def add_status(procfs: Path, host_pid: int, uid: int, ns_pid: int | None = None, name: str = "bash") -> None:
+    base = procfs / str(host_pid)
+    base.mkdir(parents=True, exist_ok=True)
+    ns = f"{host_pid}\t{ns_pid}" if ns_pid else str(host_pid)
+    (base / "status").write_text(f"Name:\t{name}\nPid:\t{host_pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{ns}\n")
+    (base / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
+
+
+def test_a_file_is_read_only_when_a_live_process_of_its_owner_wrote_it(tmp_path: Path) -> None:
+    """The name says which process wrote the file; only that process's user could have created it."""
+    me = os.getuid()
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    rank = RankProcess(rank=3, local_rank=3, job="llm", host_pid=5003, pid=5003, hostname="node-a")
+    node.add_process(rank)
+    node.append(rank, [comm_line(1, pid=5003)])
+    add_status(tmp_path / "proc", 6000, uid=me + 1)  # another user's live process
+    (tmp_path / "dump" / "node-a-pid6000.log").write_text(comm_line(2, pid=6000))  # ...named, but not written, by it
+    (tmp_path / "dump" / "node-a-pid7000.log").write_text(comm_line(3, pid=7000))  # no such process
+    reader = InspectorReader(str(tmp_path / "dump"), max_read_bytes=1 << 20, ttl=1e12,
+                             procfs=Root(str(tmp_path / "proc")))
+    got = list(reader.poll())
+    assert [(f.pid, f.host_pid, r.sequence) for f, r in got] == [(5003, 5003, 1)]
+    assert reader.stats.ignored["owner"] == 2
+    # A configured owner's files are read without a live writer (a job that ended before the daemon started).
+    trusting = InspectorReader(str(tmp_path / "dump"), max_read_bytes=1 << 20, ttl=1e12,
+                               procfs=Root(str(tmp_path / "proc")), owners=MINE)
+    assert sorted((f.pid, f.host_pid) for f, _ in trusting.poll()) == [(5003, 5003), (6000, None), (7000, None)]
+
+
+def test_training_jobs_files_are_read_before_a_crowd_of_others(tmp_path: Path) -> None:
+    """Measured before: 256 fresh files from any user left real jobs' files unread."""
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    ranks = [RankProcess(rank=r, local_rank=r, job="llm", host_pid=5000 + r, pid=5000 + r, hostname="node-a")
+             for r in range(4)]
+    for rank in ranks:
+        node.add_process(rank)
+        node.append(rank, [comm_line(1, pid=rank.pid)])
+    crowd = tmp_path / "dump" / "crowd"
+    crowd.mkdir()
+    for n in range(64):  # live processes, but no training job's, each with files under many host names
+        add_status(tmp_path / "proc", 9000 + n, uid=os.getuid())
+        for host in range(4):
+            (crowd / f"h{host}-pid{9000 + n}.log").write_text(comm_line(1, pid=9000 + n))
+    reader = InspectorReader(str(tmp_path / "dump"), max_read_bytes=64 << 20, ttl=1e12, max_files=16,
+                             procfs=Root(str(tmp_path / "proc")))
+    got = list(reader.poll())
+    assert {f.pid for f, _ in got} >= {r.pid for r in ranks}
+    assert reader.stats.files == 16
+    # One process's output is one file (two across a rotation), whatever names it plants.
+    crowd_files = [f for f in reader.followed() if f.pid >= 9000]
+    assert len(crowd_files) == 12
+    assert max(sum(1 for f in crowd_files if f.pid == pid) for pid in {f.pid for f in crowd_files}) <= 2
+    assert reader.stats.ignored["limit"] == 64 * 4 - 12

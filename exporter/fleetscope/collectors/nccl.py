@@ -33,6 +33,7 @@ from fleetscope.metrics import nccl
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import JobAttribution
 from fleetscope.sources.nccl import (
+    IGNORE_REASONS,
     SKIP_REASONS,
     InspectorFile,
     InspectorReader,
@@ -50,6 +51,10 @@ FAMILIES = {
     "p2p": (nccl.P2P_OPERATIONS_TOTAL, nccl.P2P_SECONDS_TOTAL, nccl.P2P_BUS_BYTES_TOTAL),
 }
 ATTRIBUTION_RETRY = 60.0  # seconds before a writer nobody could name is looked up again
+# No one process may hold more than this share of nccl.max-keys: a writer that invents communicators cannot
+# take every other rank's place (a rank of a 3D-parallel job holds about 10 keys).
+KEY_SHARE = 4
+MIN_WRITER_KEYS = 16  # ...but never fewer than this (or the whole budget, if that is smaller)
 
 def size_bucket(message_bytes: int) -> str:
     """The contract's bucket of a message size. NCCL switches protocol (LL, LL128, Simple) across these sizes,
@@ -75,6 +80,7 @@ class _RankComm:
     """One rank process's view of one communicator."""
 
     writer: Writer
+    host_pid: int | None  # the writer process found at discovery, if any
     comm: str
     comm_rank: int
     comm_ranks: int
@@ -100,10 +106,13 @@ class NcclCollector(Collector, HealthCheck, Closeable):
         self.clock = clock
         self.ttl = settings.ttl
         self.max_keys = settings.max_keys
+        self.max_keys_per_writer = max(min(settings.max_keys, MIN_WRITER_KEYS), settings.max_keys // KEY_SHARE)
         self.procfs = Root(config.path.procfs)
-        self.reader = InspectorReader(settings.dir, settings.max_read_bytes, settings.ttl, clock=clock)
+        self.reader = InspectorReader(settings.dir, settings.max_read_bytes, settings.ttl, clock=clock,
+                                      procfs=self.procfs, owners=settings.file_owners)
         self._comms: dict[tuple[Writer, str, int], _RankComm] = {}
         self._keys = 0
+        self._writer_keys: dict[Writer, int] = {}
         self._over_limit = 0
         self._attribution: dict[Writer, _Attribution] = {}
         self._warned_prometheus = False
@@ -115,22 +124,27 @@ class NcclCollector(Collector, HealthCheck, Closeable):
         writer = (file.hostname, file.pid)
         comm_key = (writer, record.comm, record.comm_rank)
         comm = self._comms.get(comm_key)
-        if comm is None:
-            comm = self._comms[comm_key] = _RankComm(
-                writer, record.comm, record.comm_rank, record.comm_ranks, record.comm_nodes, record.comm_name,
-                record.format_version, now,
-            )
+        key = (record.kind, record.operation, size_bucket(record.message_bytes))
+        totals = None if comm is None else comm.totals.get(key)
+        if totals is None:
+            # Checked before a communicator is created: every communicator holds at least one key, so its
+            # info series is bounded with the keys.
+            held = self._writer_keys.get(writer, 0)
+            if self._keys >= self.max_keys or held >= self.max_keys_per_writer:
+                self._over_limit += 1
+                return
+            if comm is None:
+                comm = self._comms[comm_key] = _RankComm(
+                    writer, file.host_pid, record.comm, record.comm_rank, record.comm_ranks, record.comm_nodes,
+                    record.comm_name, record.format_version, now,
+                )
+            totals = comm.totals[key] = _Totals()
+            self._keys += 1
+            self._writer_keys[writer] = held + 1
+        assert comm is not None
         comm.last_record = now
         comm.comm_name = record.comm_name or comm.comm_name
         comm.format_version = record.format_version or comm.format_version
-        key = (record.kind, record.operation, size_bucket(record.message_bytes))
-        totals = comm.totals.get(key)
-        if totals is None:
-            if self._keys >= self.max_keys:
-                self._over_limit += 1
-                return
-            totals = comm.totals[key] = _Totals()
-            self._keys += 1
         totals.count += 1
         totals.seconds += record.seconds
         if record.bus_bandwidth is not None:
@@ -140,16 +154,19 @@ class NcclCollector(Collector, HealthCheck, Closeable):
         for key, comm in list(self._comms.items()):
             if now - comm.last_record > self.ttl:
                 self._keys -= len(comm.totals)
+                held = self._writer_keys.pop(comm.writer, 0) - len(comm.totals)
+                if held > 0:
+                    self._writer_keys[comm.writer] = held
                 del self._comms[key]
         live = {comm.writer for comm in self._comms.values()}
         for writer in list(self._attribution):
             if writer not in live:
                 del self._attribution[writer]
 
-    def _job_of(self, writer: Writer, now: float) -> JobAttribution | None:
+    def _job_of(self, writer: Writer, host_pid: int | None, now: float) -> JobAttribution | None:
         known = self._attribution.get(writer)
         if known is None or (known.job is None and now - known.looked_up > ATTRIBUTION_RETRY):
-            file = InspectorFile("", writer[0], writer[1])
+            file = InspectorFile("", writer[0], writer[1], host_pid)
             known = self._attribution[writer] = _Attribution(attribute_writer(self.procfs, file), now)
         return known.job
 
@@ -176,7 +193,7 @@ class NcclCollector(Collector, HealthCheck, Closeable):
             now = self.clock()
             builder = FamilyBuilder()
             for comm in sorted(self._comms.values(), key=lambda c: (c.writer, c.comm, c.comm_rank)):
-                job = self._job_of(comm.writer, now)
+                job = self._job_of(comm.writer, comm.host_pid, now)
                 labels = (job.training_job if job else "", job.rank if job else "", comm.comm, str(comm.comm_rank))
                 builder.add_info(nccl.COMMUNICATOR_INFO, labels, {
                     "comm_name": comm.comm_name, "comm_ranks": str(comm.comm_ranks),
@@ -197,6 +214,8 @@ class NcclCollector(Collector, HealthCheck, Closeable):
                 builder.add(nccl.SKIPPED_RECORDS_TOTAL, (reason,), stats.skipped[reason])
             builder.add(nccl.SKIPPED_RECORDS_TOTAL, (OVER_LIMIT,), self._over_limit)
             builder.add(nccl.UNREAD_BYTES, (), stats.unread_bytes)
+            for reason in IGNORE_REASONS:
+                builder.add(nccl.IGNORED_FILES, (reason,), stats.ignored[reason])
             return builder.families()
 
     def health(self) -> list[Finding]:
@@ -217,9 +236,17 @@ class NcclCollector(Collector, HealthCheck, Closeable):
                     "no process found for this output file: training_job and rank stay empty "
                     "(a containerised daemon needs hostPID)",
                 )
-                for writer in sorted({c.writer for c in self._comms.values()})
-                if self._job_of(writer, now) is None
+                for writer, host_pid in sorted({c.writer: c.host_pid for c in self._comms.values()}.items())
+                if self._job_of(writer, host_pid, now) is None
             ]
+            ignored = self.reader.stats.ignored
+            if ignored["owner"]:
+                out.append(Finding(
+                    "nccl", "warning", "inspector",
+                    f"{ignored['owner']} Inspector file(s) in {self.reader.directory} not read: no live process of "
+                    "their owner has the pid in their name (a containerised daemon needs hostPID; files of ended "
+                    "jobs need nccl.file-owners)",
+                ))
             return out
 
     def close(self) -> None:

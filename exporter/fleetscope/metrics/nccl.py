@@ -66,13 +66,22 @@ RECORDS_TOTAL = MetricSpec(
     "fleetscope_nccl_records_total", "counter", "Inspector records read, by kind (collective, p2p).", ("kind",))
 SKIPPED_RECORDS_TOTAL = MetricSpec(
     "fleetscope_nccl_skipped_records_total", "counter",
-    "Inspector output lines not counted, by reason: json (not a JSON object), fields (a required field missing "
-    "or wrong), too_long, unknown_kind (neither coll_perf nor p2p_perf), key_limit (past nccl.max-keys).",
+    "Inspector output lines not counted, by reason: json (not a JSON object, or nested too deep), fields (a "
+    "required field missing or wrong, a number past 64 bits, an id or operation name too long), too_long, "
+    "unknown_kind (neither coll_perf nor p2p_perf), key_limit (past nccl.max-keys, or the writer's quarter of it).",
     ("reason",))
 UNREAD_BYTES = MetricSpec(
     "fleetscope_nccl_unread_bytes", "gauge",
     "Inspector output written but not read yet (more than nccl.max-read-bytes arrived in one interval).",
     unit="bytes")
+
+IGNORED_FILES = MetricSpec(
+    "fleetscope_nccl_ignored_files", "gauge",
+    "Files named like Inspector output not followed in the last scan, by reason: symlink, not_regular (a FIFO, "
+    "a device), hardlink (more than one name), owner (no live process of the file's owner has the pid in its "
+    "name, and the owner is not in nccl.file-owners), limit (more files than the reader follows; training jobs' "
+    "first, then shared fairly between users).",
+    ("reason",))
 
 TABLE = table(
     "nccl",
@@ -90,5 +99,6 @@ TABLE = table(
         ("records", RECORDS_TOTAL),
         ("skipped", SKIPPED_RECORDS_TOTAL),
         ("unread", UNREAD_BYTES),
+        ("ignored", IGNORED_FILES),
     ],
 )

@@ -197,7 +197,10 @@ class InspectorNode:
         os.makedirs(base, exist_ok=True)
         ns = f"{proc.host_pid}\t{proc.pid}" if proc.pid != proc.host_pid else str(proc.host_pid)
         with open(os.path.join(base, "status"), "w", encoding="utf-8") as handle:
-            handle.write(f"Name:\tpython3\nPid:\t{proc.host_pid}\nNSpid:\t{ns}\n")
+            # The process runs as the user creating its output file (this process, here).
+            uid, gid = os.getuid(), os.getgid()
+            handle.write(f"Name:\tpython3\nPid:\t{proc.host_pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                         f"Gid:\t{gid}\t{gid}\t{gid}\t{gid}\nNSpid:\t{ns}\n")
         with open(os.path.join(base, "stat"), "w", encoding="utf-8") as handle:
             # Fields 3-24: state, ppid, pgrp, session, tty, tpgid, flags, faults, times, priority, nice,
             # threads, itrealvalue, starttime (22), vsize, rss.

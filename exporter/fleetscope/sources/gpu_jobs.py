@@ -39,6 +39,9 @@ POD_RE = re.compile(
     r"pod(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})"
 )
 CONTAINER_RE = re.compile(r"^(?:cri-containerd-|docker-|crio-|containerd-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
+# A value longer than a pushed job id may be (fleetscope.record.MAX_ID_LENGTH) is no job id or rank: it would
+# only make labels as long as a process cares to make them.
+MAX_VALUE_CHARS = 128
 ENV_KEYS = ("FLEETSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "SLURM_PROCID",
             "SLURM_LOCALID")
 
@@ -93,7 +96,7 @@ def parse_environ(data: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in data.split("\0"):
         key, sep, value = item.partition("=")
-        if sep and key in ENV_KEYS:
+        if sep and key in ENV_KEYS and len(value) <= MAX_VALUE_CHARS:
             out[key] = value
     return out
 

@@ -42,6 +42,8 @@ This module knows no metric names: it yields typed records.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import json
 import logging
 import math
@@ -49,7 +51,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,6 +67,15 @@ PROM_FILE_RE = re.compile(r"^nccl_inspector_metrics_.+\.prom$")
 READ_CHUNK = 1 << 20
 MAX_LINE_BYTES = 1 << 20  # a verbose record with 64 channels is ~15 KB; a longer "line" is not a record
 REMEMBERED_FILES = 4096  # where reading stopped in files dropped as idle, in case they grow again
+
+# Labels a record's text becomes are bounded: the plugin writes the id as "0x%lx" and NCCL's operation names
+# are short words; a communicator's name is the job's own (PyTorch's group description), cut to this length.
+ID_RE = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
+OPERATION_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+MAX_NAME_CHARS = 128
+MAX_VERSION_CHARS = 16
+# Integers the plugin writes are C's 64-bit ones; a bigger one would overflow float arithmetic.
+MAX_INT = 1 << 63
 
 RecordKind = Literal["collective", "p2p"]
 # Why a line was skipped; each reason is counted.
@@ -113,6 +124,8 @@ def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 def _int(section: Mapping[str, Any], key: str, required: bool = True) -> int | None:
     value = section.get(key)
     if isinstance(value, int) and not isinstance(value, bool):
+        if not -MAX_INT <= value < MAX_INT:
+            raise MalformedRecord("fields", f"{key} is not a 64-bit integer")
         return value
     if value is None and not required:
         return None
@@ -122,8 +135,10 @@ def _int(section: Mapping[str, Any], key: str, required: bool = True) -> int | N
 def _number(section: Mapping[str, Any], key: str) -> float | None:
     """A double the plugin printed with %lf; it writes NaN as the string "nan"."""
     value = section.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value < MAX_INT:
         return float(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return value
     return None
 
 
@@ -136,12 +151,24 @@ def _str(section: Mapping[str, Any], key: str, required: bool = True) -> str:
     raise MalformedRecord("fields", f"{key} is not a string: {value!r}")
 
 
+def _text(section: Mapping[str, Any], key: str) -> str:
+    """An optional string; anything else (a number, a nested object) reads as absent."""
+    value = section.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def parse_record(line: str | bytes) -> InspectorRecord:
-    """One output line as a record; raises :class:`MalformedRecord` for anything else."""
+    """One output line as a record; raises :class:`MalformedRecord` for anything else.
+
+    Anything a writer can put on a line ends here: nesting deeper than the
+    parser's recursion limit, integers of hundreds of digits, ids and names of
+    any length are all a skipped line, never an exception that would lose the
+    lines after it.
+    """
     try:
         data = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedRecord("json", str(exc)) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise MalformedRecord("json", str(exc)[:200]) from None
     if not isinstance(data, dict):
         raise MalformedRecord("json", "not an object")
     if "coll_perf" in data:
@@ -165,11 +192,11 @@ def parse_record(line: str | bytes) -> InspectorRecord:
     if exec_us is None or exec_us < 0 or size < 0:
         raise MalformedRecord("fields", f"execution time {exec_us!r} or size {size!r} not usable")
     comm = _str(header, "id")
-    if not comm:
-        raise MalformedRecord("fields", "empty communicator id")
+    if not ID_RE.match(comm):
+        raise MalformedRecord("fields", f"communicator id {comm[:40]!r} is not 0x and 1-16 hex digits")
     operation = _str(perf, op_key)
-    if not operation:
-        raise MalformedRecord("fields", "empty operation")
+    if not OPERATION_RE.match(operation):
+        raise MalformedRecord("fields", f"operation {operation[:40]!r} is not a word of 1-32 characters")
     bus = _number(perf, f"{prefix}_busbw_gbs")
     algo = _number(perf, f"{prefix}_algobw_gbs")
     stamp = metadata.get("dump_timestamp_us")
@@ -182,17 +209,18 @@ def parse_record(line: str | bytes) -> InspectorRecord:
         operation=operation,
         message_bytes=size,
         seconds=exec_us * 1e-6,
-        comm_name=_str(header, "comm_name", required=False),
+        comm_name=_str(header, "comm_name", required=False)[:MAX_NAME_CHARS],
         comm_nodes=_int(header, "nnodes", required=False),
         sequence=_int(perf, f"{prefix}_sn", required=False),
         bus_bandwidth=None if bus is None else bus * 1e9,
         algo_bandwidth=None if algo is None else algo * 1e9,
         timing_source=_str(perf, f"{prefix}_timing_source", required=False),
         peer=_int(perf, "p2p_peer", required=False) if kind == "p2p" else None,
-        format_version=str(metadata.get("inspector_output_format_version") or ""),
-        hostname=str(metadata.get("hostname") or ""),
-        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-        dump_timestamp=stamp / 1e6 if isinstance(stamp, int) and not isinstance(stamp, bool) else None,
+        format_version=_text(metadata, "inspector_output_format_version")[:MAX_VERSION_CHARS],
+        hostname=_text(metadata, "hostname")[:MAX_NAME_CHARS],
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < MAX_INT else None,
+        dump_timestamp=stamp / 1e6 if isinstance(stamp, int) and not isinstance(stamp, bool)
+        and 0 <= stamp < MAX_INT else None,
     )
 
 
@@ -206,17 +234,55 @@ class InspectorFile:
     path: str
     hostname: str
     pid: int
+    host_pid: int | None = None  # the writer process, when a live one was found (its pid on the host)
+
+
+@dataclass(frozen=True)
+class Process:
+    """A live process as ``/proc/<pid>/status`` shows it to anyone."""
+
+    host_pid: int
+    ns_pids: tuple[int, ...]  # NSpid: its pid in each nested pid namespace, the host's first
+    uids: tuple[int, ...]  # Uid: real, effective, saved, filesystem
+
+    def may_own(self, uid: int) -> bool:
+        """Whether a file owned by ``uid`` can have been created by this process (its effective or fs uid)."""
+        return uid in self.uids[1:2] + self.uids[3:4]
 
 
 def parse_ns_pids(status: str) -> tuple[int, ...]:
     """``NSpid:`` of ``/proc/<pid>/status``: the pid in each nested pid namespace, host's first."""
+    return _status_ints(status, "NSpid:")
+
+
+def _status_ints(status: str, key: str) -> tuple[int, ...]:
     for line in status.splitlines():
-        if line.startswith("NSpid:"):
+        if line.startswith(key):
             try:
                 return tuple(int(p) for p in line.split()[1:])
             except ValueError:
                 return ()
     return ()
+
+
+def process_table(procfs: Root) -> dict[int, list[Process]]:
+    """Live processes by their innermost pid (what a writer puts in its file name), from world-readable status."""
+    table: dict[int, list[Process]] = {}
+    try:
+        entries = procfs.listdir()
+    except Unreadable:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            status = procfs.read_file(entry, "status")
+        except Unreadable:
+            continue  # exited meanwhile
+        ns_pids = parse_ns_pids(status)
+        if ns_pids:
+            table.setdefault(ns_pids[-1], []).append(Process(int(entry), ns_pids, _status_ints(status, "Uid:")))
+    return table
 
 
 def _environ_values(procfs: Root, pid: int, keys: tuple[str, ...]) -> dict[str, str]:
@@ -232,26 +298,21 @@ def _environ_values(procfs: Root, pid: int, keys: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def writer_pid(procfs: Root, file: InspectorFile) -> int | None:
+def writer_pid(
+    procfs: Root, file: InspectorFile, owner: int | None = None, table: Mapping[int, list[Process]] | None = None,
+) -> int | None:
     """The host pid of the process that writes ``file``, or None if it cannot be told.
 
     The pid in the name is the writer's own: inside a container (a Kubernetes
     pod) that is its pid namespace's number, not the host's. Every process
-    whose innermost ``NSpid`` equals it is a candidate; several candidates
-    (many containers have a pid 17) are told apart by the hostname the plugin
-    put in the name, which a pod's ``HOSTNAME`` variable carries, and then by
-    ``NCCL_INSPECTOR_ENABLE=1``.
+    whose innermost ``NSpid`` equals it is a candidate; with ``owner`` (the
+    file's owner) only those that could have created the file. Several
+    candidates (many containers have a pid 17) are told apart by the hostname
+    the plugin put in the name, which a pod's ``HOSTNAME`` variable carries,
+    and then by ``NCCL_INSPECTOR_ENABLE=1``.
     """
-    candidates: list[int] = []
-    for entry in procfs.listdir():
-        if not entry.isdigit():
-            continue
-        try:
-            ns_pids = parse_ns_pids(procfs.read_file(entry, "status"))
-        except Unreadable:
-            continue  # exited meanwhile
-        if ns_pids and ns_pids[-1] == file.pid:
-            candidates.append(int(entry))
+    table = process_table(procfs) if table is None else table
+    candidates = [p.host_pid for p in table.get(file.pid, ()) if owner is None or p.may_own(owner)]
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     environs = {pid: _environ_values(procfs, pid, ("HOSTNAME", "NCCL_INSPECTOR_ENABLE")) for pid in candidates}
@@ -271,7 +332,7 @@ def writer_pid(procfs: Root, file: InspectorFile) -> int | None:
 
 def attribute_writer(procfs: Root, file: InspectorFile) -> JobAttribution | None:
     """The writer's training job and rank, by the GPU collector's rules (Slurm, Kubernetes, environment)."""
-    pid = writer_pid(procfs, file)
+    pid = file.host_pid if file.host_pid is not None else writer_pid(procfs, file)
     return None if pid is None else attribute_process(procfs, pid)
 
 
@@ -296,6 +357,70 @@ class _Tail:
     size: int = 0
     last_growth: float = 0.0
     resync: bool = False  # started mid-file: drop the partial first line
+    owner: int = -1  # the file's owner uid
+    rank: int = 1  # TRAINING, LIVE or CONFIGURED: which files keep their place when too many compete
+
+
+# Why a file named like output is not followed; each is a gauge of the files seen in the last scan.
+IGNORE_REASONS = ("symlink", "not_regular", "hardlink", "owner", "limit")
+# Which files are followed first when more than max_files compete: those a training job's live process
+# wrote, then those any live process wrote (its uid owns the file), then a configured owner's files
+# whose writer has gone.
+TRAINING, LIVE, CONFIGURED = 0, 1, 2
+# The plugin writes one file per process; across a rename rotation the same process has two names.
+FILES_PER_WRITER = 2
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A regular, singly linked file named like output, as ``lstat`` saw it in the last scan."""
+
+    subdir: str  # "" for the directory itself
+    name: str
+    inode: tuple[int, int]
+    mtime: float
+    owner: int
+
+
+@dataclass
+class _Contender:
+    """A followed file, or a found one that could be, competing for one of ``max_files`` places."""
+
+    rank: int
+    owner: int
+    writer: object  # the writer's host pid, or (owner, host, pid) from the name when no live writer is known
+    newest: float  # the file's mtime; a followed file sorts before any found one
+    tail: _Tail | None = None
+    found: _Found | None = None
+    file: InspectorFile | None = None
+
+
+def choose(contenders: list[_Contender], limit: int) -> tuple[list[_Contender], int]:
+    """The ``limit`` contenders to follow, and how many were left out.
+
+    At most :data:`FILES_PER_WRITER` files per writer process; then by rank; within a rank, one file per
+    owner uid in turn, so no single user can take the places of everyone else's jobs.
+    """
+    ordered = sorted(contenders, key=lambda c: (c.tail is None, -c.newest))
+    per_writer: dict[object, int] = {}
+    groups: dict[tuple[int, int], list[_Contender]] = {}
+    for contender in ordered:
+        held = per_writer.get(contender.writer, 0)
+        if held >= FILES_PER_WRITER:
+            continue
+        per_writer[contender.writer] = held + 1
+        groups.setdefault((contender.rank, contender.owner), []).append(contender)
+    chosen: list[_Contender] = []
+    for rank in (TRAINING, LIVE, CONFIGURED):
+        queues = [list(reversed(group)) for (r, _), group in sorted(groups.items()) if r == rank]
+        while queues and len(chosen) < limit:
+            for queue in queues:
+                if len(chosen) < limit:
+                    chosen.append(queue.pop())
+            queues = [q for q in queues if q]
+    return chosen, len(contenders) - len(chosen)
 
 
 @dataclass
@@ -308,7 +433,15 @@ class ReaderStats:
     skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
     prometheus_files: tuple[str, ...] = ()
     truncations: int = 0
-    files_over_limit: int = 0
+    ignored: dict[str, int] = field(default_factory=lambda: dict.fromkeys(IGNORE_REASONS, 0))
+
+
+def _entries(fd: int) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(fd) as entries:
+            return list(entries)
+    except OSError:
+        return []
 
 
 class InspectorReader:
@@ -319,17 +452,25 @@ class InspectorReader:
     updated as it goes. A file whose last change is older than ``ttl`` is not
     picked up, and a followed file that has not grown for ``ttl`` is dropped
     (:meth:`expired` lists those since the last call).
+
+    Every job can write to the directory, and the daemon reads it as root: a
+    file is followed only if it is a regular file with one link, opened
+    without following a symlink (its subdirectory too), and owned by the user
+    of a live process whose pid the name carries (``procfs``) or by one of
+    ``owners``. At most ``max_files`` are followed; :func:`choose` says which.
     """
 
     def __init__(
         self, directory: str, max_read_bytes: int, ttl: float, max_files: int = 256,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, procfs: Root | None = None, owners: Collection[int] = (),
     ) -> None:
         self.directory = directory
         self.max_read_bytes = max(max_read_bytes, 4096)
         self.ttl = ttl
         self.max_files = max_files
         self.clock = clock
+        self.procfs = procfs
+        self.owners = frozenset(owners)
         self.stats = ReaderStats()
         self._tails: dict[tuple[int, int], _Tail] = {}
         self._expired: list[InspectorFile] = []
@@ -342,62 +483,159 @@ class InspectorReader:
     def exists(self) -> bool:
         return os.path.isdir(self.directory)
 
-    def _candidates(self) -> Iterator[tuple[str, str]]:
-        """(path, name) of every regular file in the directory and its direct subdirectories."""
+    def _scan(self, ignored: dict[str, int], prom: list[str]) -> list[_Found]:
+        """Regular, singly linked files named like output in the directory and its direct subdirectories.
+
+        Entries are examined with ``lstat`` through directory descriptors, so a symlinked subdirectory is
+        never entered and a symlink never followed.
+        """
+        found: list[_Found] = []
         try:
-            top = list(os.scandir(self.directory))
+            top = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return found
+        try:
+            for entry in _entries(top):
+                if entry.is_dir(follow_symlinks=False):
+                    try:
+                        sub = os.open(entry.name, DIR_FLAGS, dir_fd=top)
+                    except OSError:
+                        continue
+                    try:
+                        for inner in _entries(sub):
+                            self._consider(inner, entry.name, found, ignored, prom)
+                    finally:
+                        os.close(sub)
+                else:
+                    self._consider(entry, "", found, ignored, prom)
+        finally:
+            os.close(top)
+        return found
+
+    def _consider(
+        self, entry: os.DirEntry[str], subdir: str, found: list[_Found], ignored: dict[str, int], prom: list[str],
+    ) -> None:
+        if PROM_FILE_RE.match(entry.name):
+            prom.append(os.path.join(self.directory, subdir, entry.name))
+            return
+        if not FILE_RE.match(entry.name):
+            return
+        try:
+            info = entry.stat(follow_symlinks=False)
         except OSError:
             return
-        for entry in top:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    with os.scandir(entry.path) as inner:
-                        for sub in inner:
-                            yield sub.path, sub.name
-                else:
-                    yield entry.path, entry.name
-            except OSError:
-                continue
+        if stat.S_ISLNK(info.st_mode):
+            ignored["symlink"] += 1
+        elif not stat.S_ISREG(info.st_mode):
+            ignored["not_regular"] += 1
+        elif info.st_nlink != 1:
+            ignored["hardlink"] += 1  # a second name of a file someone else may own
+        else:
+            found.append(_Found(subdir, entry.name, (info.st_dev, info.st_ino), info.st_mtime, info.st_uid))
+
+    def _open(self, found: _Found, ignored: dict[str, int]) -> tuple[int, os.stat_result] | None:
+        """The found file, opened without following a link, if it is still what the scan saw."""
+        try:
+            parent = top = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if found.subdir:
+                parent = os.open(found.subdir, DIR_FLAGS, dir_fd=top)
+            fd = os.open(found.name, OPEN_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                ignored["symlink"] += 1  # swapped for a link since the scan
+            else:
+                logger.warning("NCCL Inspector file %s unreadable: %s", self._path(found), exc.strerror)
+            return None
+        finally:
+            if parent != top:
+                os.close(parent)
+            os.close(top)
+        info = os.fstat(fd)
+        if (stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) == found.inode and info.st_nlink == 1
+                and info.st_uid == found.owner):
+            return fd, info
+        os.close(fd)
+        ignored["not_regular"] += 1  # replaced since the scan
+        return None
+
+    def _path(self, found: _Found) -> str:
+        return os.path.join(self.directory, found.subdir, found.name)
+
+    def _contender(
+        self, found: _Found, table: Mapping[int, list[Process]] | None, in_job: dict[int, bool],
+    ) -> _Contender | None:
+        """The found file with its writer and rank, or None if no live process of its owner wrote it."""
+        match = FILE_RE.match(found.name)
+        assert match is not None
+        file = InspectorFile(self._path(found), match.group("host"), int(match.group("pid")))
+        writer = None
+        if self.procfs is not None and table is not None:
+            writer = writer_pid(self.procfs, file, owner=found.owner, table=table)
+        if writer is not None:
+            if writer not in in_job:
+                job = attribute_process(self.procfs, writer) if self.procfs is not None else None
+                in_job[writer] = bool(job and job.training_job)
+            rank = TRAINING if in_job[writer] else LIVE
+            return _Contender(rank, found.owner, writer, found.mtime, found=found,
+                              file=dataclasses.replace(file, host_pid=writer))
+        if found.owner in self.owners:
+            return _Contender(CONFIGURED, found.owner, (found.owner, file.hostname, file.pid), found.mtime,
+                              found=found, file=file)
+        return None
 
     def _discover(self, now: float) -> None:
+        ignored = dict.fromkeys(IGNORE_REASONS, 0)
         prom: list[str] = []
-        over = 0
-        for path, name in self._candidates():
-            if PROM_FILE_RE.match(name):
-                prom.append(path)
-                continue
-            match = FILE_RE.match(name)
-            if match is None:
-                continue
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            key = (info.st_dev, info.st_ino)
-            if key in self._tails or not stat.S_ISREG(info.st_mode) or now - info.st_mtime > self.ttl:
-                continue
-            if len(self._tails) >= self.max_files:
-                over += 1
-                continue
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                logger.warning("NCCL Inspector file %s unreadable: %s", path, exc.strerror)
-                continue
-            start = max(0, info.st_size - self.max_read_bytes)  # a long backlog: read only its end
-            host, pid = match.group("host"), int(match.group("pid"))
-            host_then, pid_then, offset_then = self._dropped_at.pop(key, ("", -1, -1))
-            if (host_then, pid_then) == (host, pid) and 0 <= offset_then <= info.st_size:
-                start = offset_then  # an idle file that grows again: go on where reading stopped
-            self._tails[key] = _Tail(
-                InspectorFile(path, host, pid), fd, key, start,
-                size=info.st_size, last_growth=now, resync=start != offset_then and not _at_line_start(fd, start),
-            )
+        fresh = [f for f in self._scan(ignored, prom) if f.inode not in self._tails and now - f.mtime <= self.ttl]
+        table = process_table(self.procfs) if fresh and self.procfs is not None else None
+        in_job: dict[int, bool] = {}
+        contenders = [
+            _Contender(t.rank, t.owner, t.file.host_pid if t.file.host_pid is not None else
+                       (t.owner, t.file.hostname, t.file.pid), float("inf"), tail=t)
+            for t in self._tails.values()
+        ]
+        for found in fresh:
+            contender = self._contender(found, table, in_job)
+            if contender is None:
+                ignored["owner"] += 1
+            else:
+                contenders.append(contender)
+        chosen, left_out = choose(contenders, self.max_files)
+        ignored["limit"] = left_out
+        keep = {id(c) for c in chosen}
+        for contender in contenders:
+            if contender.tail is not None and id(contender) not in keep:
+                self._drop(contender.tail)  # a better-placed file needs its place; reading resumes if it returns
+        for contender in chosen:
+            if contender.found is not None and contender.file is not None:
+                self._follow(contender, now, ignored)
         self.stats.prometheus_files = tuple(sorted(prom))
-        if over and not self.stats.files_over_limit:
-            logger.warning("more than %d NCCL Inspector files under %s: %d not followed", self.max_files,
-                           self.directory, over)
-        self.stats.files_over_limit = over
+        for reason in ("owner", "limit"):
+            if ignored[reason] and not self.stats.ignored[reason]:
+                logger.warning("NCCL Inspector files under %s not followed (%s): %d", self.directory,
+                               "no live process of their owner wrote them" if reason == "owner"
+                               else f"more than {self.max_files}", ignored[reason])
+        self.stats.ignored = ignored
+
+    def _follow(self, contender: _Contender, now: float, ignored: dict[str, int]) -> None:
+        found, file = contender.found, contender.file
+        assert found is not None and file is not None
+        opened = self._open(found, ignored)
+        if opened is None:
+            return
+        fd, info = opened
+        key = found.inode
+        start = max(0, info.st_size - self.max_read_bytes)  # a long backlog: read only its end
+        host_then, pid_then, offset_then = self._dropped_at.pop(key, ("", -1, -1))
+        if (host_then, pid_then) == (file.hostname, file.pid) and 0 <= offset_then <= info.st_size:
+            start = offset_then  # an idle file that grows again: go on where reading stopped
+        self._tails[key] = _Tail(
+            file, fd, key, start, size=info.st_size, last_growth=now,
+            resync=start != offset_then and not _at_line_start(fd, start), owner=found.owner, rank=contender.rank,
+        )
 
     # -- reading -----------------------------------------------------------------------------------
 
