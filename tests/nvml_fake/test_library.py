@@ -11,7 +11,7 @@ import pytest
 from fleetscope.nvml_fake import (
     FakeGpu,
     FakeNvml,
-    Status,
+    NvmlReturn,
     install,
     installed,
     load_scenario,
@@ -169,7 +169,7 @@ def test_any_return_code_can_stand_where_a_value_would(tmp_path) -> None:
         "  7: {errors: {nvmlDeviceGetHandleByIndex_v2: NVML_ERROR_INSUFFICIENT_POWER}}\n"
     )
     fake = load_scenario(str(scenario))
-    assert fake.gpu(0).power_mw == Status.named("NVML_ERROR_NO_PERMISSION")
+    assert fake.gpu(0).power_mw == NvmlReturn.named("NVML_ERROR_NO_PERMISSION")
     with installed(fake):
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -189,17 +189,17 @@ def test_any_return_code_can_stand_where_a_value_would(tmp_path) -> None:
 
 
 def test_init_error_is_what_nvml_init_raises() -> None:
-    install(FakeNvml([], init_error=Status.named("NVML_ERROR_DRIVER_NOT_LOADED")))
+    install(FakeNvml([], init_error=NvmlReturn.named("NVML_ERROR_DRIVER_NOT_LOADED")))
     with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
         pynvml.nvmlInit()
 
 
 def test_return_code_names_are_the_binding_s() -> None:
-    from fleetscope.nvml_fake.library import RETURN_CODES
+    from fleetscope.sources.nvml_h import RETURN_CODES
 
     named = {name: getattr(pynvml, name) for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
     for code, (name, _) in RETURN_CODES.items():
         if code:
-            assert named[name] == code and Status.named(name) == Status(code)
+            assert named[name] == code and NvmlReturn.named(name) == NvmlReturn(code)
     with pytest.raises(ValueError, match="not an NVML return code"):
-        Status.named("NVML_ERROR_NO_SUCH_THING")
+        NvmlReturn.named("NVML_ERROR_NO_SUCH_THING")

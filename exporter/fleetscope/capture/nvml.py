@@ -18,16 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope.nvml_fake.library import (
-    ARCHITECTURES,
-    ERROR_FUNCTION_NOT_FOUND,
-    ERROR_GPU_IS_LOST,
-    ERROR_NOT_SUPPORTED,
-    ERROR_TIMEOUT,
-    ERROR_UNKNOWN,
-    THROTTLE_FIELDS,
-    Status,
-)
 from fleetscope.sources.nvml import (
     CLOCKS,
     ECC_COUNTERS,
@@ -36,6 +26,16 @@ from fleetscope.sources.nvml import (
     GPM_METRICS,
     NVLINK_ERROR_FIELDS,
     WATCHED_EVENTS,
+)
+from fleetscope.sources.nvml_h import (
+    ARCHITECTURES,
+    ERROR_FUNCTION_NOT_FOUND,
+    ERROR_GPU_IS_LOST,
+    ERROR_NOT_SUPPORTED,
+    ERROR_TIMEOUT,
+    ERROR_UNKNOWN,
+    THROTTLE_FIELDS,
+    NvmlReturn,
 )
 
 # Field id -> where the fake keeps its value: (FakeGpu attribute, key within it or None).
@@ -49,7 +49,6 @@ FIELD_HOMES: dict[int, tuple[str, str | None]] = {
     230: ("recovery_action", None),
     **{fid: ("throttle_ns", reason) for reason, fid in THROTTLE_FIELDS.items()},
 }
-ARCHITECTURE_NAMES = {number: name for name, number in ARCHITECTURES.items()}
 SINGLE_VALUES = {  # C symbol -> FakeGpu attribute, for the getters that answer one integer
     "nvmlDeviceGetPowerUsage": "power_mw",
     "nvmlDeviceGetEnforcedPowerLimit": "power_limit_mw",
@@ -142,7 +141,7 @@ class Asker:
 
 
 def status_name(reply: Reply) -> str:
-    return Status(ERROR_TIMEOUT if reply.hung else reply.code).name
+    return NvmlReturn(ERROR_TIMEOUT if reply.hung else reply.code).name
 
 
 class GpuRecord:
@@ -163,7 +162,7 @@ class GpuRecord:
         the first value given, else the first code; a channel that answered differently keeps its own code."""
         given = [(channel, reply) for channel, reply in answers if reply is not None and not reply.hung
                  and reply.code != ERROR_FUNCTION_NOT_FOUND]
-        chosen: Any = Status(ERROR_NOT_SUPPORTED).name
+        chosen: Any = NvmlReturn(ERROR_NOT_SUPPORTED).name
         for _, reply in given:
             if reply.ok:
                 chosen = convert(reply.value)
@@ -275,7 +274,7 @@ def _probe(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
         record.errors["nvmlDeviceGetPciInfo_v3"] = status_name(pci)
     record.one("mig_mode", ask("nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, handle), lambda v: int(v[0]))
     record.one("architecture", ask("nvmlDeviceGetArchitecture", nvml.nvmlDeviceGetArchitecture, handle),
-               lambda v: ARCHITECTURE_NAMES.get(int(v), str(v)))
+               lambda v: ARCHITECTURES.get(int(v), str(v)))
     utilization = ask("nvmlDeviceGetUtilizationRates", nvml.nvmlDeviceGetUtilizationRates, handle)
     record.fields["utilization_gpu"] = int(utilization.value.gpu) if utilization.ok else status_name(utilization)
     record.fields["utilization_memory"] = int(utilization.value.memory) if utilization.ok else 0
@@ -450,7 +449,7 @@ def _gpm_finish(nvml: Any, ask: Asker, record: GpuRecord, handle: Any, first: An
         gpm: dict[str, Any] = {}
         for slot, name in enumerate(GPM_METRICS.values()):
             metric = result.value.metrics[slot]
-            gpm[name] = float(metric.value) if metric.nvmlReturn == 0 else Status(int(metric.nvmlReturn)).name
+            gpm[name] = float(metric.value) if metric.nvmlReturn == 0 else NvmlReturn(int(metric.nvmlReturn)).name
         record.fields["gpm"] = gpm
     finally:
         ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, first)

@@ -58,14 +58,14 @@ def replay_config(capture: Capture, extra: Mapping[str, Any] | None = None) -> C
 
 def install_nvml(capture: Capture) -> Any:
     """The captured NVML as the fake below ``pynvml`` (a node without NVML: a library that is not there)."""
-    from fleetscope.nvml_fake import FakeNvml, Status, install, load_scenario
+    from fleetscope.nvml_fake import FakeNvml, NvmlReturn, install, load_scenario
 
     path = capture.path("nvml.yaml")
     if os.path.isfile(path):
         fake = load_scenario(path)
     else:
         fake = FakeNvml([], name="no NVML on the captured node",
-                        init_error=Status.named("NVML_ERROR_LIBRARY_NOT_FOUND"))
+                        init_error=NvmlReturn.named("NVML_ERROR_LIBRARY_NOT_FOUND"))
     install(fake)
     return fake
 

@@ -12,14 +12,15 @@ Tests and the simulator run the real ``pynvml`` code against it::
 
 from __future__ import annotations
 
-from fleetscope.nvml_fake.library import FakeGpu, FakeNvml, Status, install, installed, uninstall
+from fleetscope.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
 from fleetscope.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
+from fleetscope.sources.nvml_h import NvmlReturn
 
 __all__ = [
     "SCENARIO_DIR",
     "FakeGpu",
     "FakeNvml",
-    "Status",
+    "NvmlReturn",
     "install",
     "installed",
     "load_scenario",

@@ -13,7 +13,7 @@ Units follow ``nvml.h``: MHz, milliwatts, millijoules, nanoseconds, percent,
 KB/s for PCIe throughput. The state of each GPU is a :class:`FakeGpu` that
 tests and the simulator change at runtime (``fake.gpu(3).set(temperature=91)``).
 A value set to ``None`` makes the matching call or field answer
-``NVML_ERROR_NOT_SUPPORTED``; a :class:`Status` (``Status.named("NVML_ERROR_NO_PERMISSION")``)
+``NVML_ERROR_NOT_SUPPORTED``; a :class:`NvmlReturn` (``NvmlReturn.named("NVML_ERROR_NO_PERMISSION")``)
 makes it answer that return code, and ``FakeGpu.errors`` gives one entry point or field of a GPU a
 code of its own whatever the value (a field refused while the older call still answers).
 """
@@ -32,99 +32,32 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-# nvmlReturn_t codes (nvml.h)
-SUCCESS = 0
-ERROR_UNINITIALIZED = 1
-ERROR_INVALID_ARGUMENT = 2
-ERROR_NOT_SUPPORTED = 3
-ERROR_NO_PERMISSION = 4
-ERROR_NOT_FOUND = 6
-ERROR_INSUFFICIENT_SIZE = 7
-ERROR_TIMEOUT = 10
-ERROR_FUNCTION_NOT_FOUND = 13
-ERROR_GPU_IS_LOST = 15
-ERROR_ARGUMENT_VERSION_MISMATCH = 25
-ERROR_UNKNOWN = 999
+from fleetscope.sources.nvml_h import (
+    ARCHITECTURE_NUMBERS,
+    CLOCK_TYPES,
+    ERROR_ARGUMENT_VERSION_MISMATCH,
+    ERROR_GPU_IS_LOST,
+    ERROR_INSUFFICIENT_SIZE,
+    ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_SUPPORTED,
+    ERROR_TIMEOUT,
+    ERROR_UNINITIALIZED,
+    EVENT_DOUBLE_BIT_ECC,
+    EVENT_DRAM_RETIREMENT,
+    EVENT_DRAM_RETIREMENT_FAILURE,
+    EVENT_SINGLE_BIT_ECC,
+    EVENT_XID,
+    GPM_METRICS,
+    RETURN_CODES,
+    SUCCESS,
+    THROTTLE_BITS,
+    THROTTLE_FIELDS,
+    NvmlReturn,
+)
 
-# nvmlReturn_t: name (nvml.h) and the text nvmlErrorString gives for it.
-RETURN_CODES: dict[int, tuple[str, bytes]] = {
-    SUCCESS: ("NVML_SUCCESS", b"Success"),
-    ERROR_UNINITIALIZED: ("NVML_ERROR_UNINITIALIZED", b"Uninitialized"),
-    ERROR_INVALID_ARGUMENT: ("NVML_ERROR_INVALID_ARGUMENT", b"Invalid Argument"),
-    ERROR_NOT_SUPPORTED: ("NVML_ERROR_NOT_SUPPORTED", b"Not Supported"),
-    ERROR_NO_PERMISSION: ("NVML_ERROR_NO_PERMISSION", b"Insufficient Permissions"),
-    5: ("NVML_ERROR_ALREADY_INITIALIZED", b"Already Initialized"),
-    ERROR_NOT_FOUND: ("NVML_ERROR_NOT_FOUND", b"Not Found"),
-    ERROR_INSUFFICIENT_SIZE: ("NVML_ERROR_INSUFFICIENT_SIZE", b"Insufficient Size"),
-    8: ("NVML_ERROR_INSUFFICIENT_POWER", b"Insufficient External Power"),
-    9: ("NVML_ERROR_DRIVER_NOT_LOADED", b"Driver Not Loaded"),
-    ERROR_TIMEOUT: ("NVML_ERROR_TIMEOUT", b"Timeout"),
-    11: ("NVML_ERROR_IRQ_ISSUE", b"Interrupt Request Issue"),
-    12: ("NVML_ERROR_LIBRARY_NOT_FOUND", b"NVML Shared Library Not Found"),
-    ERROR_FUNCTION_NOT_FOUND: ("NVML_ERROR_FUNCTION_NOT_FOUND", b"Function Not Found"),
-    14: ("NVML_ERROR_CORRUPTED_INFOROM", b"Corrupted infoROM"),
-    ERROR_GPU_IS_LOST: ("NVML_ERROR_GPU_IS_LOST", b"GPU is lost"),
-    16: ("NVML_ERROR_RESET_REQUIRED", b"GPU requires restart"),
-    17: ("NVML_ERROR_OPERATING_SYSTEM", b"The operating system has blocked the request"),
-    18: ("NVML_ERROR_LIB_RM_VERSION_MISMATCH", b"RM has detected an NVML/RM version mismatch"),
-    19: ("NVML_ERROR_IN_USE", b"In use by another client"),
-    20: ("NVML_ERROR_MEMORY", b"Insufficient Memory"),
-    21: ("NVML_ERROR_NO_DATA", b"No data"),
-    22: ("NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", b"ECC is not supported on vGPU"),
-    23: ("NVML_ERROR_INSUFFICIENT_RESOURCES", b"Insufficient resources"),
-    24: ("NVML_ERROR_FREQ_NOT_SUPPORTED", b"Frequency not supported"),
-    ERROR_ARGUMENT_VERSION_MISMATCH: ("NVML_ERROR_ARGUMENT_VERSION_MISMATCH", b"Argument version mismatch"),
-    26: ("NVML_ERROR_DEPRECATED", b"Deprecated"),
-    27: ("NVML_ERROR_NOT_READY", b"Not ready"),
-    28: ("NVML_ERROR_GPU_NOT_FOUND", b"GPU not found"),
-    29: ("NVML_ERROR_INVALID_STATE", b"Invalid state"),
-    ERROR_UNKNOWN: ("NVML_ERROR_UNKNOWN", b"Unknown Error"),
-}
-_CODES_BY_NAME = {name: code for code, (name, _) in RETURN_CODES.items()}
-
-
-@dataclass(frozen=True)
-class Status:
-    """An NVML return code standing where a value would be: the call or field answers it instead."""
-
-    code: int
-
-    @classmethod
-    def named(cls, name: str) -> Status:
-        """``NVML_ERROR_NO_PERMISSION`` (as in nvml.h and in scenario files) -> its status."""
-        if name not in _CODES_BY_NAME:
-            raise ValueError(f"not an NVML return code: {name!r}")
-        return cls(_CODES_BY_NAME[name])
-
-    @property
-    def name(self) -> str:
-        return RETURN_CODES.get(self.code, (f"NVML_ERROR_{self.code}", b""))[0]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-NOT_SUPPORTED = Status(ERROR_NOT_SUPPORTED)
-Answer = int | Status | None  # a value, a return code, or None for NOT_SUPPORTED
-
-# Event type bits (nvml.h nvmlEventType*)
-EVENT_SBE = 0x1
-EVENT_DBE = 0x2
-EVENT_XID = 0x8
-EVENT_DRAM_RETIREMENT = 0x400
-EVENT_DRAM_RETIREMENT_FAILURE = 0x800
-EVENT_GPU_UNAVAILABLE = 0x4000
-EVENT_RECOVERY_ACTION = 0x8000
-
-THROTTLE_BITS = {
-    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
-    "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
-}
-# Throttle-duration fields (ns): reason -> NVML_FI_DEV_CLOCKS_EVENT_REASON_* / PERF_POLICY_* id.
-THROTTLE_FIELDS = {"sw_power_cap": 74, "sync_boost": 76, "sw_thermal": 269, "hw_thermal": 270, "hw_power_brake": 271}
-CLOCK_TYPES = {0: "graphics", 1: "sm", 2: "memory"}
-GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
-ARCHITECTURES = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
+NOT_SUPPORTED = NvmlReturn(ERROR_NOT_SUPPORTED)
+Answer = int | NvmlReturn | None  # a value, a return code, or None for NOT_SUPPORTED
+CLOCK_NAMES = {number: name for name, number in CLOCK_TYPES.items()}
 
 HANDLE_BASE = 0x7F0000001000
 SET_BASE = 0x7F0000800000
@@ -136,7 +69,7 @@ def _zeros(*keys: str) -> dict[str, Answer]:
     return dict.fromkeys(keys, 0)
 
 
-def _idle_gpm() -> dict[str, float | Status]:
+def _idle_gpm() -> dict[str, float | NvmlReturn]:
     return dict.fromkeys(GPM_METRICS.values(), 0.0)
 
 
@@ -145,15 +78,15 @@ class FakeGpu:
     """The simulated state of one GPU, in NVML's own units."""
 
     index: int = 0
-    name: str | Status = "NVIDIA H100 80GB HBM3"
-    uuid: str | Status = ""
-    serial: str | Status = ""
+    name: str | NvmlReturn = "NVIDIA H100 80GB HBM3"
+    uuid: str | NvmlReturn = ""
+    serial: str | NvmlReturn = ""
     pci_domain: int = 0
     pci_bus: int = 0
     pci_device: int = 0
     pci_device_id: int = 0x233010DE
-    vbios_version: str | Status = "96.00.99.00.01"
-    architecture: str | Status = "hopper"
+    vbios_version: str | NvmlReturn = "96.00.99.00.01"
+    architecture: str | NvmlReturn = "hopper"
     mig_mode: Answer = 0
     utilization_gpu: Answer = 0
     utilization_memory: int | None = 0
@@ -171,12 +104,12 @@ class FakeGpu:
     max_clocks_mhz: dict[str, Answer] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
     throttle_reasons: Answer = 0
     throttle_ns: dict[str, Answer] = field(default_factory=lambda: _zeros(*THROTTLE_FIELDS))
-    ecc: dict[str, Answer] | Status | None = field(default_factory=lambda: _zeros(
+    ecc: dict[str, Answer] | NvmlReturn | None = field(default_factory=lambda: _zeros(
         "corrected_volatile", "uncorrected_volatile", "corrected_aggregate", "uncorrected_aggregate"))
     retired_pages_sbe: Answer = 0
     retired_pages_dbe: Answer = 0
     retired_pages_pending: Answer = 0
-    remapped_rows: dict[str, Answer] | Status | None = field(default_factory=lambda: _zeros(
+    remapped_rows: dict[str, Answer] | NvmlReturn | None = field(default_factory=lambda: _zeros(
         "correctable", "uncorrectable", "pending", "failure"))
     pcie_replays: Answer = 0
     pcie_generation: Answer = 5
@@ -185,17 +118,18 @@ class FakeGpu:
     pcie_max_width: Answer = 16
     pcie_tx_kbps: Answer = 0
     pcie_rx_kbps: Answer = 0
-    nvlink_up: list[bool | Status | None] = field(default_factory=lambda: [True] * 18)
+    nvlink_up: list[bool | NvmlReturn | None] = field(default_factory=lambda: [True] * 18)
     nvlink_errors: dict[str, list[Answer]] = field(default_factory=dict)  # "replay"/"recovery"/"crc" -> per link
     performance_state: Answer = 0
     fan_percent: Answer = None  # passively cooled SXM boards have no fan
     recovery_action: Answer = 0
     # (pid, used bytes or None: NVML_VALUE_NOT_AVAILABLE), or the call's return code
-    processes: list[Sequence[int | None]] | Status = field(default_factory=list)
-    gpm: dict[str, float | Status] | Status | None = field(default_factory=_idle_gpm)
-    supported_events: Answer = EVENT_SBE | EVENT_DBE | EVENT_XID | EVENT_DRAM_RETIREMENT | EVENT_DRAM_RETIREMENT_FAILURE
+    processes: list[Sequence[int | None]] | NvmlReturn = field(default_factory=list)
+    gpm: dict[str, float | NvmlReturn] | NvmlReturn | None = field(default_factory=_idle_gpm)
+    supported_events: Answer = (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID | EVENT_DRAM_RETIREMENT
+                                 | EVENT_DRAM_RETIREMENT_FAILURE)
     # Entry points (C symbol) and fields ("field:<id>") of this GPU that answer a code of their own.
-    errors: dict[str, Status] = field(default_factory=dict)
+    errors: dict[str, NvmlReturn] = field(default_factory=dict)
     lost: bool = False
 
     def __post_init__(self) -> None:
@@ -240,7 +174,7 @@ class FakeGpu:
 SCALAR_GETTERS: dict[str, Callable[[FakeGpu], Any]] = {
     "nvmlDeviceGetIndex": attrgetter("index"),
     "nvmlDeviceGetArchitecture": lambda gpu: (
-        gpu.architecture if isinstance(gpu.architecture, Status) else ARCHITECTURES.get(gpu.architecture)),
+        gpu.architecture if isinstance(gpu.architecture, NvmlReturn) else ARCHITECTURE_NUMBERS.get(gpu.architecture)),
     "nvmlDeviceGetPowerUsage": attrgetter("power_mw"),
     "nvmlDeviceGetEnforcedPowerLimit": attrgetter("power_limit_mw"),
     "nvmlDeviceGetTotalEnergyConsumption": attrgetter("energy_mj"),
@@ -296,8 +230,8 @@ class Refused(Exception):
 
 
 def _entry(container: Any, key: str) -> Any:
-    """One value of a per-key state (ECC, clocks, ...) that may itself be None or a :class:`Status`."""
-    if container is None or isinstance(container, Status):
+    """One value of a per-key state (ECC, clocks, ...) that may itself be None or a :class:`NvmlReturn`."""
+    if container is None or isinstance(container, NvmlReturn):
         return container
     return container.get(key)
 
@@ -306,8 +240,8 @@ def _number(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _link_state(up: bool | Status | None) -> Any:
-    return up if up is None or isinstance(up, Status) else (1 if up else 0)
+def _link_state(up: bool | NvmlReturn | None) -> Any:
+    return up if up is None or isinstance(up, NvmlReturn) else (1 if up else 0)
 
 
 def _address(pointer: Any) -> int:
@@ -338,7 +272,7 @@ class FakeNvml:
         missing_functions: tuple[str, ...] = (),
         max_field_id: int = 400,
         name: str = "custom",
-        init_error: Status | None = None,
+        init_error: NvmlReturn | None = None,
     ) -> None:
         self.name = name
         self.init_error = init_error  # nvmlInit answers this (a node whose driver is not loaded)
@@ -440,7 +374,7 @@ class FakeNvml:
             return gpu.errors[function].code
         if value is None:
             return ERROR_NOT_SUPPORTED
-        if isinstance(value, Status):
+        if isinstance(value, NvmlReturn):
             return value.code
         writer(value)
         return SUCCESS
@@ -551,7 +485,7 @@ class FakeNvml:
         gpu = self._device(handle)
         # nvml.h: utilization is not supported on MIG-enabled GPUs.
         value: Any = None if gpu is None or gpu.mig_mode == 1 else gpu.utilization_gpu
-        if value is not None and not isinstance(value, Status):
+        if value is not None and not isinstance(value, NvmlReturn):
             value = gpu
 
         def write(g: FakeGpu) -> None:
@@ -611,7 +545,7 @@ class FakeNvml:
 
     def _clock(self, handle: Any, function: str, kind: Any, ref: Any, maximum: bool) -> int:
         gpu = self._device(handle)
-        name = CLOCK_TYPES.get(_value(kind))
+        name = CLOCK_NAMES.get(_value(kind))
         value = None
         if gpu is not None and name is not None:
             value = _entry(gpu.max_clocks_mhz if maximum else gpu.clocks_mhz, name)
@@ -652,7 +586,7 @@ class FakeNvml:
         gpu = self._device(handle)
         rows: Any = None if gpu is None or gpu.mig_mode == 1 else gpu.remapped_rows  # NotSupported with MIG
         if isinstance(rows, dict):
-            rows = next((v for v in rows.values() if v is None or isinstance(v, Status)), rows)
+            rows = next((v for v in rows.values() if v is None or isinstance(v, NvmlReturn)), rows)
 
         def write(r: dict[str, int]) -> None:
             _out(corr).value, _out(unc).value = r["correctable"], r["uncorrectable"]
@@ -662,11 +596,11 @@ class FakeNvml:
 
     def _processes(self, handle: Any, function: str, count_ref: Any, infos: Any) -> int:
         gpu = self._device(handle)
-        status = self._query(handle, function, gpu.processes if gpu and isinstance(gpu.processes, Status) else gpu,
+        status = self._query(handle, function, gpu.processes if gpu and isinstance(gpu.processes, NvmlReturn) else gpu,
                              lambda g: None)
         if status != SUCCESS:
             return status
-        assert gpu is not None and not isinstance(gpu.processes, Status)
+        assert gpu is not None and not isinstance(gpu.processes, NvmlReturn)
         count = _out(count_ref)
         needed = len(gpu.processes)
         if infos is None or count.value < needed:
@@ -717,7 +651,7 @@ class FakeNvml:
             value, value_type = _link_state(gpu.nvlink_up[scope]), VALUE_TYPE_UINT
         if value is None:
             raise Refused(ERROR_NOT_SUPPORTED)
-        if isinstance(value, Status):
+        if isinstance(value, NvmlReturn):
             raise Refused(value.code)
         return value_type, int(value)
 
@@ -781,7 +715,7 @@ class FakeNvml:
             self._samples[address] = {"gpu": g.index, "time": time.monotonic(),
                                       "gpm": dict(g.gpm) if isinstance(g.gpm, dict) else {}}
 
-        value: Any = None if gpu is None else (gpu.gpm if isinstance(gpu.gpm, Status) else gpu)
+        value: Any = None if gpu is None else (gpu.gpm if isinstance(gpu.gpm, NvmlReturn) else gpu)
         if gpu is not None and gpu.gpm is None:
             value = None
         return self._query(handle, "nvmlGpmSampleGet", value, write)
@@ -798,7 +732,7 @@ class FakeNvml:
             metric = request.metrics[i]
             name = GPM_METRICS.get(int(metric.metricId))
             answer = second["gpm"].get(name) if name is not None else None
-            if answer is None or isinstance(answer, Status):
+            if answer is None or isinstance(answer, NvmlReturn):
                 metric.nvmlReturn = ERROR_NOT_SUPPORTED if answer is None else answer.code
                 continue
             metric.nvmlReturn = SUCCESS

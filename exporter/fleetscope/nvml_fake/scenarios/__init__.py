@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fleetscope.nvml_fake.library import EVENT_XID, FakeGpu, FakeNvml, Status
+from fleetscope.nvml_fake.library import FakeGpu, FakeNvml
+from fleetscope.sources.nvml_h import EVENT_XID, NvmlReturn
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -89,7 +90,7 @@ def load_scenario(path_or_name: str) -> FakeNvml:
         missing_functions=tuple(data.get("missing_functions") or ()),
         max_field_id=int(data.get("max_field_id", 400)),
         name=str(data.get("description", os.path.basename(path_or_name))),
-        init_error=Status.named(data["init_error"]) if data.get("init_error") else None,
+        init_error=NvmlReturn.named(data["init_error"]) if data.get("init_error") else None,
     )
     for index in data.get("lost") or ():
         fake.lose(int(index))
@@ -101,9 +102,9 @@ def load_scenario(path_or_name: str) -> FakeNvml:
 
 
 def _statuses(value: Any) -> Any:
-    """Return-code names (``NVML_ERROR_...``) in a value's place, anywhere in the fields, as :class:`Status`."""
+    """Return-code names (``NVML_ERROR_...``) in a value's place, anywhere in the fields, as :class:`NvmlReturn`."""
     if isinstance(value, str) and value.startswith("NVML_ERROR_"):
-        return Status.named(value)
+        return NvmlReturn.named(value)
     if isinstance(value, dict):
         return {k: _statuses(v) for k, v in value.items()}
     if isinstance(value, list):
