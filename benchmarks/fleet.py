@@ -73,12 +73,12 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
 
     from fleetscope.daemon import build_daemon
     from fleetscope.engine import CollectorRunner
-    from fleetscope.nvml_fake import uninstall
-    from fleetscope.sim.gpufeed import GpuFeed
-    from fleetscope.sim.node import Load, NodeModel
-    from fleetscope.sim.nodeproc import build_node_collectors, node_config
-    from fleetscope.sim.profiles import P5
-    from fleetscope.sim.tree import NodePaths, TreeWriter
+    from fleetscope_sim.gpufeed import GpuFeed
+    from fleetscope_sim.node import Load, NodeModel
+    from fleetscope_sim.nodeproc import build_node_collectors, node_config
+    from fleetscope_sim.nvml_fake import uninstall
+    from fleetscope_sim.profiles import P5
+    from fleetscope_sim.tree import NodePaths, TreeWriter
 
     profile = dataclasses.replace(P5, ena_interfaces=("ens32", "ens64", "ens96", "ens128"))
     paths = NodePaths(str(root))

@@ -80,7 +80,7 @@ class NodeShape:
     ranks: int = 8  # 0: nothing pushes
 
     def profile(self) -> Any:
-        from fleetscope.sim.profiles import P5
+        from fleetscope_sim.profiles import P5
 
         if not 1 <= self.gpus <= P5.gpu_count or not 1 <= self.efa <= P5.efa_count:
             raise ValueError(f"{self.label}: a p5 has 1-{P5.gpu_count} GPUs and 1-{P5.efa_count} EFA devices")
@@ -108,8 +108,8 @@ class SimTree:
     )
 
     def __init__(self, shape: NodeShape, root: str, index: int = 0, hard: bool = False) -> None:
-        from fleetscope.sim.node import Load, NodeModel
-        from fleetscope.sim.tree import NodePaths, TreeWriter
+        from fleetscope_sim.node import Load, NodeModel
+        from fleetscope_sim.tree import NodePaths, TreeWriter
 
         self.shape = shape
         self.hard = hard
@@ -155,7 +155,7 @@ class SimTree:
             (efa.device if directory == "hw_counters" else efa.port).pop(counter)
 
     def _add_hard_parts(self) -> None:
-        from fleetscope.sim.kernel_tree import DIRECTORY
+        from fleetscope_sim.kernel_tree import DIRECTORY
 
         sysfs = self.writer.sysfs
         ib = sysfs.path("class", "infiniband")

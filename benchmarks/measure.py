@@ -445,8 +445,8 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     from fleetscope.engine import CollectorRunner
     from fleetscope.exposition import negotiate, render
     from fleetscope.push.models import parse_records, reports_from_records
-    from fleetscope.sim.gpufeed import GpuFeed
-    from fleetscope.sim.nodeproc import build_node_collectors, node_config
+    from fleetscope_sim.gpufeed import GpuFeed
+    from fleetscope_sim.nodeproc import build_node_collectors, node_config
 
     log("  profiling the scrape path and each collector in-process")
     tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-profile"), index=40, hard=True)

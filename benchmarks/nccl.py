@@ -72,7 +72,7 @@ class _Fixed:
 
 def _data_parallel_node(root: str) -> tuple[str, str]:
     """8 ranks of a data-parallel job on one node, 20 s of steps, as the simulator writes them."""
-    from fleetscope.sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
+    from fleetscope_sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
 
     node = InspectorNode(os.path.join(root, "dump"), os.path.join(root, "proc"), hostname="p5-node")
     job = InspectorJob("ddp", [node], 8, (CollectiveSpec("AllReduce", 25 << 20, 4, 150e9),
@@ -84,8 +84,8 @@ def _data_parallel_node(root: str) -> tuple[str, str]:
 
 def _reader_cost(root: str, records: int, clock: Callable[[], float] = time.process_time) -> tuple[int, int, float]:
     """(records, bytes, CPU seconds) to read and parse a file of ``records`` plugin-format lines."""
-    from fleetscope.sim.inspector import Comm, record_line
     from fleetscope.sources.nccl import InspectorReader
+    from fleetscope_sim.inspector import Comm, record_line
 
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, "node-pid1.log")

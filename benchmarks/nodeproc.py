@@ -22,21 +22,12 @@ from fleetscope.logs import setup_logging
 
 
 def node_flags(collectors: list[str], interval: str, pause_after: str = "") -> dict[str, Any]:
-    """Config flags enabling exactly ``collectors``, at default intervals or one fixed interval."""
-    from fleetscope.collectors import REGISTRY
+    """Config flags enabling exactly ``collectors``, at default intervals or one fixed interval (the
+    simulator's own timing rule, :func:`fleetscope_sim.nodeproc.collector_flags`)."""
+    from fleetscope_sim.nodeproc import collector_flags
 
     flags: dict[str, Any] = {"collection.pause-after": pause_after} if pause_after else {}
-    for name, entry in REGISTRY.items():
-        flags[f"collector.{name}"] = name in collectors
-        if entry.live:
-            continue
-        if interval == "default":
-            flags[f"collector.{name}.interval"] = entry.default_interval
-            flags[f"collector.{name}.timeout"] = entry.default_timeout
-        else:
-            seconds = float(interval)
-            flags[f"collector.{name}.interval"] = seconds
-            flags[f"collector.{name}.timeout"] = max(0.5, min(entry.default_timeout, seconds * 0.9))
+    flags.update(collector_flags(None if interval == "default" else float(interval), collectors))
     return flags
 
 
@@ -51,14 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(LogConfig(level="warning"))
 
     from fleetscope.daemon import build_daemon
-    from fleetscope.sim.nodeproc import build_node_collectors, node_config
-    from fleetscope.sim.tree import NodePaths
+    from fleetscope_sim.nodeproc import build_node_collectors, node_config
+    from fleetscope_sim.tree import NodePaths
 
     collectors = [name for name in args.collectors.split(",") if name]
     paths = NodePaths(args.root)
     config = node_config(paths, args.listen, 15.0, node_flags(collectors, args.interval, args.pause_after))
     if "gpu" in collectors:
-        from fleetscope.sim.gpufeed import GpuFeed
+        from fleetscope_sim.gpufeed import GpuFeed
 
         GpuFeed(paths).install()  # fake NVML below pynvml; no poll thread (see module doc)
     daemon = build_daemon(config, collectors=build_node_collectors(config, paths))

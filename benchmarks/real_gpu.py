@@ -424,8 +424,8 @@ def scenario_differences(capture_path: str) -> list[str]:
     import tarfile
     import tempfile
 
-    from fleetscope.nvml_fake import FakeNvml, load_scenario
-    from fleetscope.nvml_fake.library import NOT_SUPPORTED
+    from fleetscope_sim.nvml_fake import FakeNvml, load_scenario
+    from fleetscope_sim.nvml_fake.library import NOT_SUPPORTED
 
     if not os.path.exists(capture_path):
         return ["(no capture)"]

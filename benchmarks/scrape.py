@@ -276,7 +276,7 @@ def measure_prometheus(settings: ScrapeSettings, log: Log = print) -> RealPromet
     import shutil
 
     from benchmarks.harness import binary_version
-    from fleetscope.sim.prom import Prometheus
+    from fleetscope_sim.prom import Prometheus
 
     binary = shutil.which("prometheus")
     if binary is None or not settings.node_exporter:
@@ -471,8 +471,8 @@ def _in_process_costs(settings: ScrapeSettings, log: Log) -> tuple[list[PartCost
     from fleetscope.engine import CollectorRunner
     from fleetscope.exposition import Chunk, Format, Renderer, negotiate, render
     from fleetscope.push.models import parse_records, reports_from_records
-    from fleetscope.sim.gpufeed import GpuFeed
-    from fleetscope.sim.nodeproc import build_node_collectors, node_config
+    from fleetscope_sim.gpufeed import GpuFeed
+    from fleetscope_sim.nodeproc import build_node_collectors, node_config
 
     log("  per-reading and per-scrape costs, in-process")
     tree = hard_tree(settings, "costs-node", index=90)

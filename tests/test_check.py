@@ -15,7 +15,7 @@ from fleetscope.cli import main
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
 from fleetscope.health import EXIT_UNKNOWN, Finding
-from fleetscope.nvml_fake import install, load_scenario, uninstall, write_sysfs
+from fleetscope_sim.nvml_fake import install, load_scenario, uninstall, write_sysfs
 from tests.conftest import ROOT
 
 

@@ -2,9 +2,11 @@
 
 The wheel and sdist are built the way a release is (``python -m build``, ``twine check``), the wheel
 goes into a fresh virtual environment without extras, and the commands a user types first run from
-there: ``--version``, ``serve --help``, ``check`` on a fixture tree, every module's import, and a short
-``fleetscope demo --check`` until its scheduled alert fires. The README's setup script runs on the
-distribution's own (PEP 668 protected) Python when the machine has one.
+there: ``--version``, ``serve --help``, ``check`` on a fixture tree, every module's import, and the
+simulator's commands saying what to install. Then the simulator distribution's wheel (``sim/``,
+fleetscope-sim) joins it: every one of its modules imports on its own dependencies, and a short
+``fleetscope demo --check`` runs until its scheduled alert fires. The README's setup script runs on
+the distribution's own (PEP 668 protected) Python when the machine has one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +43,13 @@ OPTIONAL_HOOKS: dict[str, str] = {
     **dict.fromkeys(DASHBOARD_MODULES.values(), "dashboards"),
 }
 
+# Every module of one installed package, imported in a fresh interpreter: module -> None or the error.
 IMPORT_PROBE = r"""
-import importlib, json, pkgutil
-import fleetscope
+import importlib, json, pkgutil, sys
+package = importlib.import_module(sys.argv[1])
 
 outcome = {}
-for info in pkgutil.walk_packages(fleetscope.__path__, "fleetscope."):
+for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
     if info.name.endswith(".__main__"):  # runs the CLI
         continue
     try:
@@ -62,8 +66,13 @@ class Installed:
     bin: Path
     wheel: Path
     sdist: Path
+    sim_wheel: Path
     twine_output: str
     seconds: dict[str, float]
+    # Seen before the simulator's wheel was installed: the product's modules, and `fleetscope demo`.
+    product_imports: dict[str, str | None]
+    demo_without_sim: subprocess.CompletedProcess[str]
+    sim_imports: dict[str, str | None]
 
     def run(self, *args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.bin / args[0]), *args[1:]], capture_output=True, text=True,
@@ -84,24 +93,43 @@ def _run(command: Sequence[str | Path], timeout: float = 600) -> str:
     return str(result.stdout)
 
 
+def _imports(bin_dir: Path, package: str) -> dict[str, str | None]:
+    result = subprocess.run([str(bin_dir / "python"), "-c", IMPORT_PROBE, package], capture_output=True,
+                            text=True, timeout=300, check=False, env=clean_environ(), cwd=bin_dir)  # not the checkout
+    assert result.returncode == 0, result.stderr
+    outcome: dict[str, str | None] = json.loads(result.stdout)
+    return outcome
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """Build wheel + sdist from the checkout, check them, install the wheel (no extras) in a new venv."""
+    """Build wheel + sdist from the checkout, check them, install the wheel (no extras) in a new venv;
+    look at it, then add the simulator distribution's wheel (built from sim/) to the same venv.
+
+    What needs the product alone is observed here, before the simulator joins, so no test order matters."""
     base = tmp_path_factory.mktemp("install")
     dist = base / "dist"
     seconds: dict[str, float] = {}
     started = time.monotonic()
     _run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", base / "sim-dist", ROOT / "sim"])
     seconds["build"] = time.monotonic() - started
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
+    (sim_wheel,) = sorted((base / "sim-dist").glob("*.whl"))
     twine = _run([sys.executable, "-m", "twine", "check", "--strict", wheels[0], sdists[0]])
     started = time.monotonic()
     venv = base / "venv"
+    bin_dir = venv / "bin"
     _run([sys.executable, "-m", "venv", venv])
-    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
     seconds["venv"] = time.monotonic() - started
-    return Installed(venv / "bin", wheels[0], sdists[0], twine, seconds)
+    product_imports = _imports(bin_dir, "fleetscope")
+    demo_without_sim = subprocess.run([str(bin_dir / "fleetscope"), "demo", "--nodes", "1"], capture_output=True,
+                                      text=True, timeout=120, check=False, env=clean_environ(), cwd=bin_dir)
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", sim_wheel])
+    return Installed(bin_dir, wheels[0], sdists[0], sim_wheel, twine, seconds, product_imports, demo_without_sim,
+                     _imports(bin_dir, "fleetscope_sim"))
 
 
 def test_wheel_and_sdist_pass_twine_check(installed: Installed) -> None:
@@ -136,9 +164,7 @@ def test_check_gives_a_verdict_on_a_fixture_tree(installed: Installed) -> None:
 
 
 def test_every_module_imports_without_extras(installed: Installed) -> None:
-    probe = installed.run("python", "-c", IMPORT_PROBE, cwd=installed.bin)  # not from the checkout
-    assert probe.returncode == 0, probe.stderr
-    outcome: dict[str, str | None] = json.loads(probe.stdout)
+    outcome = installed.product_imports
     assert len(outcome) > 50 and set(OPTIONAL_HOOKS) <= set(outcome)
     failed = {name: error for name, error in outcome.items() if error and name not in OPTIONAL_HOOKS}
     assert failed == {}
@@ -168,6 +194,38 @@ def test_dashboards_load_from_the_installed_wheel(installed: Installed) -> None:
     assert "site-packages" in shipped["directory"], shipped["directory"]
     assert shipped["dashboards"] == dashboards.load()  # the committed files, byte for byte in content
     assert shipped["queries"] == [q.expr for q in dashboards.queries()] and len(shipped["queries"]) > 50
+
+
+def test_the_product_wheel_carries_no_simulator(installed: Installed) -> None:
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    assert any(name.startswith("fleetscope/sources/") for name in names)
+    assert not [name for name in names if name.startswith(("fleetscope/sim/", "fleetscope/nvml_fake/",
+                                                           "fleetscope_sim/"))]
+    assert not [name for name in names if name.endswith(".yaml") and "scenarios" in name]
+    sim_names = zipfile.ZipFile(installed.sim_wheel).namelist()
+    assert "fleetscope_sim/nvml_fake/scenarios/h100_8x_healthy.yaml" in sim_names
+    assert not [name for name in sim_names if name.startswith("fleetscope/")]  # the product stays the product's
+
+
+def test_the_simulator_is_released_with_the_product(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.sim_wheel) as wheel:
+        metadata = wheel.read(f"fleetscope_sim-{__version__}.dist-info/METADATA").decode()
+        entry_points = wheel.read(f"fleetscope_sim-{__version__}.dist-info/entry_points.txt").decode()
+    assert f"Requires-Dist: fleetscope=={__version__}" in metadata.splitlines()
+    assert "[fleetscope.commands]" in entry_points and "demo = fleetscope_sim.cli:register_demo" in entry_points
+
+
+def test_without_the_simulator_its_commands_say_what_to_install(installed: Installed) -> None:
+    demo = installed.demo_without_sim
+    assert demo.returncode == 2 and demo.stdout == "", demo
+    assert demo.stderr.count("\n") == 1 and "fleetscope-sim" in demo.stderr and "pip install ./sim" in demo.stderr
+
+
+def test_every_simulator_module_imports_on_its_dependencies(installed: Installed) -> None:
+    outcome = installed.sim_imports
+    assert {"fleetscope_sim.nvml_fake", "fleetscope_sim.kernel_tree", "fleetscope_sim.replay",
+            "fleetscope_sim.cli"} <= set(outcome)
+    assert {name: error for name, error in outcome.items() if error} == {}
 
 
 def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.metadata
 import logging
 import math
 import sys
@@ -27,13 +28,20 @@ from fleetscope.logs import setup_logging
 # Subcommands beyond the core ones, as import strings of ``register(subparsers)``
 # functions, so their (heavier) modules load only when the CLI is built.
 EXTRA_COMMANDS: dict[str, str] = {
-    "simulate": "fleetscope.sim.cli:register_simulate",
-    "demo": "fleetscope.sim.cli:register_demo",
-    "simulate-node": "fleetscope.sim.cli:register_node",
     "capture": "fleetscope.capture.cli:register",
     "rules": "fleetscope.rules.cli:register",
     "dashboards": "fleetscope.dashboards.cli:register",
 }
+# Other distributions add subcommands through this entry-point group: name = the command,
+# value = "module:register" (fleetscope-sim, sim/pyproject.toml, adds simulate, demo, simulate-node).
+COMMAND_ENTRY_POINTS = "fleetscope.commands"
+# The repository's own add-on commands: when their distribution is not installed, the command
+# still exists and says in one line what to install.
+ADD_ON_HINTS: dict[str, str] = dict.fromkeys(
+    ("simulate", "demo", "simulate-node"),
+    "the simulator is the fleetscope-sim distribution: pip install ./sim from the fleetscope repository "
+    "(bash scripts/demo installs it)",
+)
 
 EXIT_CONFIG = 3
 
@@ -142,10 +150,44 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.set_defaults(func=cmd_catalog)
 
     for target in EXTRA_COMMANDS.values():
-        module_name, _, attr = target.partition(":")
-        register: Callable[[Any], None] = getattr(importlib.import_module(module_name), attr)
+        _load_register(target)(sub)
+    added = add_on_commands()
+    for name, target in added.items():
+        try:
+            register = _load_register(target)
+        except ImportError as exc:  # installed but broken: the command says so, the others still work
+            _missing_command(sub, name, f"{target} does not import: {exc}")
+            continue
         register(sub)
+    for name, hint in ADD_ON_HINTS.items():
+        if name not in added:
+            _missing_command(sub, name, hint)
     return parser
+
+
+def add_on_commands() -> dict[str, str]:
+    """Command name -> ``module:register`` of every installed distribution's ``fleetscope.commands``."""
+    return {entry.name: entry.value for entry in importlib.metadata.entry_points(group=COMMAND_ENTRY_POINTS)}
+
+
+def _load_register(target: str) -> Callable[[Any], None]:
+    module_name, _, attr = target.partition(":")
+    register: Callable[[Any], None] = getattr(importlib.import_module(module_name), attr)
+    return register
+
+
+def _missing_command(sub: Any, name: str, why: str) -> None:
+    """A command whose code is not installed: any arguments, one line on stderr, exit 2."""
+    # no option prefix: every argument (--nodes 4, --help) is taken as one of the ignored words
+    parser = sub.add_parser(name, help="(not installed: run it to see what to install)", add_help=False,
+                            prefix_chars="\0")
+    parser.add_argument("ignored", nargs="*", help=argparse.SUPPRESS)
+
+    def explain(args: argparse.Namespace) -> int:
+        print(f"fleetscope {name}: {why}", file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=explain)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

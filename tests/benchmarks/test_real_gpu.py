@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.real_gpu import collector_cost, kernel_log_lines, plausibility, report, scenario_differences
 from fleetscope.capture.archive import render, take_snapshot, write_archive
-from fleetscope.nvml_fake import install, load_scenario, uninstall
+from fleetscope_sim.nvml_fake import install, load_scenario, uninstall
 from tests.capture.nodes import KMSG, FixtureNode
 
 

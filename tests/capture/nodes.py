@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from fleetscope.config import Config, load
 from fleetscope.daemon import Daemon, build_collectors, build_daemon
 from fleetscope.engine import CollectorRunner
-from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
-from fleetscope.sim.kernel_tree import ProcfsTree
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
+from fleetscope_sim.kernel_tree import ProcfsTree
+from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
 from tests.conftest import FIXTURES
 
 BOOT = 1_700_000_000

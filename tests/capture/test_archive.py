@@ -23,8 +23,8 @@ from fleetscope.capture.archive import (
     write_mapping,
 )
 from fleetscope.capture.redact import Redactor
-from fleetscope.nvml_fake import uninstall
-from fleetscope.sim.kernel_tree import SysfsTree
+from fleetscope_sim.kernel_tree import SysfsTree
+from fleetscope_sim.nvml_fake import uninstall
 from tests.capture.nodes import FixtureNode, ena_reading
 from tests.fixtures import make_fixtures as mk
 

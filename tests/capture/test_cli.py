@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 
-from fleetscope.nvml_fake import uninstall
+from fleetscope_sim.nvml_fake import uninstall
 from tests.capture.nodes import FixtureNode, pseudonymised, scrape, steady
 from tests.capture.nodes import build as build_node
 from tests.conftest import ROOT, free_port

@@ -9,8 +9,8 @@ import pytest
 from fleetscope.capture.nvml import FIELD_HOMES, capture_nvml
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
-from fleetscope.nvml_fake import install, installed, load_scenario, uninstall
 from fleetscope.sources.nvml import FIELD_NVLINK_LINK_COUNT, SCALAR_FIELDS
+from fleetscope_sim.nvml_fake import install, installed, load_scenario, uninstall
 
 CODES = """base: h100_8x_healthy
 defaults:

@@ -14,9 +14,9 @@ import os
 import pytest
 
 from fleetscope.capture.archive import open_capture, render, take_snapshot, write_archive, write_mapping
-from fleetscope.capture.replay import CapturedEnaReader, install_nvml, replay_collectors, replay_config
 from fleetscope.daemon import build_daemon
-from fleetscope.nvml_fake import scenario_names, uninstall
+from fleetscope_sim.nvml_fake import scenario_names, uninstall
+from fleetscope_sim.replay import CapturedEnaReader, install_nvml, replay_collectors, replay_config
 from tests.capture.nodes import FixtureNode, build, ena_reading, pseudonymised, scrape, steady
 from tests.fixtures import make_fixtures as mk
 

@@ -24,9 +24,9 @@ from fleetscope.collectors.netdev import NetdevCollector
 from fleetscope.collectors.netstat import NetstatCollector
 from fleetscope.config import load
 from fleetscope.engine import CollectorRunner
-from fleetscope.nvml_fake import install, load_scenario, uninstall, write_sysfs
-from fleetscope.nvml_fake.library import NOT_SUPPORTED
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
+from fleetscope_sim.nvml_fake import install, load_scenario, uninstall, write_sysfs
+from fleetscope_sim.nvml_fake.library import NOT_SUPPORTED
 from tests.conftest import FIXTURES
 
 

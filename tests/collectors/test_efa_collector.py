@@ -10,9 +10,9 @@ from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.metrics import efa
-from fleetscope.sim.kernel_tree import SysfsTree
 from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading, read_efa
 from fleetscope.sources.fs import Root
+from fleetscope_sim.kernel_tree import SysfsTree
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk

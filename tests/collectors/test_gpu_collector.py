@@ -20,7 +20,7 @@ from fleetscope.config import Config, load
 from fleetscope.daemon import Daemon, build_daemon
 from fleetscope.errors import NoHardware
 from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY
-from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
+from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
 from tests.conftest import FIXTURES, require_binary
 
 VARIANTS = os.path.join(FIXTURES, "kmsg", "variants.kmsg")

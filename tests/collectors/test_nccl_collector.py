@@ -17,7 +17,7 @@ from fleetscope.collectors.protocol import collector_class
 from fleetscope.config import load
 from fleetscope.errors import NoHardware
 from fleetscope.metrics import nccl
-from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_line
+from fleetscope_sim.inspector import Comm, InspectorNode, RankProcess, record_line
 from tests.collectors.helpers import registry_of
 from tests.conftest import FIXTURES, ROOT
 

@@ -79,12 +79,19 @@ def test_every_mounted_file_exists(compose: dict[str, Any]) -> None:
 def test_dockerfile_copies_only_existing_paths(compose: dict[str, Any]) -> None:
     build = compose["services"]["simulator"]["build"]
     dockerfile = Path(build["context"]) / build["dockerfile"]
+    stages: set[str | None] = set()
     for line in dockerfile.read_text().splitlines():
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (Path(build["context"]) / source).exists(), f"{dockerfile}: COPY {source}: no such path"
         if line.startswith("FROM "):
-            assert re.fullmatch(r"FROM [\w./-]+:\d[\w.-]*", line), f"unpinned base image: {line}"
+            base = re.fullmatch(r"FROM ([\w./:-]+)(?: AS (\w+))?", line)
+            assert base, f"unreadable FROM line: {line}"
+            # a base image pinned to a version, or a stage built above
+            assert base[1] in stages or re.fullmatch(r"[\w./-]+:\d[\w.-]*", base[1]), f"unpinned base image: {line}"
+            stages.add(base[2])
+    assert build.get("target") in stages, build  # the simulator's stage, which installs sim/
+    assert "COPY sim ./sim" in dockerfile.read_text()
 
 
 def test_images_are_pinned(compose: dict[str, Any]) -> None:
@@ -106,9 +113,9 @@ def test_ports_are_bound_to_loopback(compose: dict[str, Any]) -> None:
 
 def test_prometheus_reaches_the_simulated_nodes(compose: dict[str, Any]) -> None:
     """The compose scrape targets are exactly where `fleetscope simulate` puts its nodes."""
-    from fleetscope.sim.cluster import make_cluster
-    from fleetscope.sim.faults import load_schedule
-    from fleetscope.sim.prom import prometheus_config
+    from fleetscope_sim.cluster import make_cluster
+    from fleetscope_sim.faults import load_schedule
+    from fleetscope_sim.prom import prometheus_config
 
     services = compose["services"]
     assert services["prometheus"]["network_mode"] == "service:simulator"

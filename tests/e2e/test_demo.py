@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetscope.sim.cluster import make_cluster
-from fleetscope.sim.detection import expectation
-from fleetscope.sim.faults import parse_schedule
-from fleetscope.sim.schedules import DEMO_SCHEDULE
+from fleetscope_sim.cluster import make_cluster
+from fleetscope_sim.detection import expectation
+from fleetscope_sim.faults import parse_schedule
+from fleetscope_sim.schedules import DEMO_SCHEDULE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

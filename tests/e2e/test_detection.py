@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from fleetscope.dashboards import queries as dashboard_queries
-from fleetscope.sim.cluster import SimCluster, make_cluster
-from fleetscope.sim.detection import (
+from fleetscope_sim.cluster import SimCluster, make_cluster
+from fleetscope_sim.detection import (
     AlertWatcher,
     Outcome,
     Sighting,
@@ -28,9 +28,9 @@ from fleetscope.sim.detection import (
     expectation,
     render_report,
 )
-from fleetscope.sim.faults import Fault, parse_schedule
-from fleetscope.sim.prom import Prometheus, prometheus_config
-from fleetscope.sim.tree import make_workdir
+from fleetscope_sim.faults import Fault, parse_schedule
+from fleetscope_sim.prom import Prometheus, prometheus_config
+from fleetscope_sim.tree import make_workdir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

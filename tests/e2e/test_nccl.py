@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetscope.sim.detection import AlertWatcher
-from fleetscope.sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
-from fleetscope.sim.prom import Prometheus
-from fleetscope.sim.tree import make_workdir
+from fleetscope_sim.detection import AlertWatcher
+from fleetscope_sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
+from fleetscope_sim.prom import Prometheus
+from fleetscope_sim.tree import make_workdir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -23,8 +23,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope.sim.detection import AlertWatcher
-from fleetscope.sim.prom import Prometheus
+from fleetscope_sim.detection import AlertWatcher
+from fleetscope_sim.prom import Prometheus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from fleetscope.nvml_fake import (
+from fleetscope_sim.nvml_fake import (
     FakeGpu,
     FakeNvml,
     NvmlReturn,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleetscope.sim.tree import make_workdir
+from fleetscope_sim.tree import make_workdir
 
 
 @pytest.fixture

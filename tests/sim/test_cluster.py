@@ -8,8 +8,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetscope.sim.cluster import SimCluster, make_cluster
-from fleetscope.sim.faults import parse_schedule
+from fleetscope_sim.cluster import SimCluster, make_cluster
+from fleetscope_sim.faults import parse_schedule
 from tests.conftest import free_port_run
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetscope.signals import NODE_SLOWDOWN_CAUSES
-from fleetscope.sim.demo import _causes, render_rules
+from fleetscope_sim.demo import _causes, render_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fleetscope.sim.detection import (
+from fleetscope_sim.detection import (
     AlertPattern,
     AlertWatcher,
     Expectation,
@@ -8,7 +8,7 @@ from fleetscope.sim.detection import (
     evaluate,
     render_report,
 )
-from fleetscope.sim.faults import parse_schedule
+from fleetscope_sim.faults import parse_schedule
 
 T0 = 1_800_000_000.0
 
@@ -89,8 +89,8 @@ def test_watcher_keeps_the_first_firing_time_and_ignores_pending_and_errors():
 
 
 def test_expectations_follow_the_cluster_layout():
-    from fleetscope.sim.cluster import make_cluster
-    from fleetscope.sim.detection import expectation
+    from fleetscope_sim.cluster import make_cluster
+    from fleetscope_sim.detection import expectation
 
     faults = parse_schedule([
         {"kind": "thermal_throttle", "at": 60, "node": "node-01", "gpu": 3},
@@ -116,7 +116,7 @@ def test_expectations_follow_the_cluster_layout():
 
 
 def test_xid_alerts_follow_the_catalog_action():
-    from fleetscope.sim.detection import xid_alert
+    from fleetscope_sim.detection import xid_alert
 
     assert xid_alert(79) == "GpuXidRebootRequired"
     assert xid_alert(48) == "GpuXidResetRequired" and xid_alert(119) == "GpuXidResetRequired"

@@ -5,8 +5,8 @@ import math
 import pytest
 import yaml
 
-from fleetscope.sim.cluster import make_cluster
-from fleetscope.sim.faults import KINDS, ScheduleError, load_schedule, parse_schedule
+from fleetscope_sim.cluster import make_cluster
+from fleetscope_sim.faults import KINDS, ScheduleError, load_schedule, parse_schedule
 
 
 def test_schedule_parses_durations_targets_and_params(tmp_path):

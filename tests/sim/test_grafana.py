@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from fleetscope.dashboards import DASHBOARD_MODULES
-from fleetscope.sim.grafana import COMPOSE_HINT, Grafana, find_dashboards, find_grafana
+from fleetscope_sim.grafana import COMPOSE_HINT, Grafana, find_dashboards, find_grafana
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,11 +7,11 @@ import os
 import statistics
 from pathlib import Path
 
-from fleetscope.sim.faults import parse_schedule
-from fleetscope.sim.inspector import InspectorNode, StepCollectives, rank_pid
-from fleetscope.sim.training import JobModel, JobSpec
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import attribute_process
+from fleetscope_sim.faults import parse_schedule
+from fleetscope_sim.inspector import InspectorNode, StepCollectives, rank_pid
+from fleetscope_sim.training import JobModel, JobSpec
 
 NODES = ("n0", "n1")
 

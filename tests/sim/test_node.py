@@ -4,14 +4,14 @@ import json
 import os
 import pathlib
 
-from fleetscope.sim.faults import parse_schedule
-from fleetscope.sim.node import Load, NodeModel
-from fleetscope.sim.profiles import P4D, P5, profile
-from fleetscope.sim.tree import NodePaths, TreeWriter
 from fleetscope.sources.efa import read_efa
 from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import read_netdev
 from fleetscope.sources.netstat import read_netstat
+from fleetscope_sim.faults import parse_schedule
+from fleetscope_sim.node import Load, NodeModel
+from fleetscope_sim.profiles import P4D, P5, profile
+from fleetscope_sim.tree import NodePaths, TreeWriter
 
 BUSY = Load(gpu_busy=dict.fromkeys(range(8), 0.95), network=0.95)
 

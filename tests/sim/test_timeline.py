@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetscope.sim.cluster import make_cluster
-from fleetscope.sim.detection import AlertWatcher, expectation
-from fleetscope.sim.faults import parse_schedule
-from fleetscope.sim.schedules import DEMO_SCHEDULE
-from fleetscope.sim.timeline import Timeline, fault_target, where
+from fleetscope_sim.cluster import make_cluster
+from fleetscope_sim.detection import AlertWatcher, expectation
+from fleetscope_sim.faults import parse_schedule
+from fleetscope_sim.schedules import DEMO_SCHEDULE
+from fleetscope_sim.timeline import Timeline, fault_target, where
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = make_cluster(nodes=8, jobs=2, faults=parse_schedule(DEMO_SCHEDULE))

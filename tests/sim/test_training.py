@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from fleetscope.sim.faults import parse_schedule
-from fleetscope.sim.training import JobModel, JobSpec
+from fleetscope_sim.faults import parse_schedule
+from fleetscope_sim.training import JobModel, JobSpec
 
 T0 = 1_700_000_000.0
 

@@ -5,7 +5,6 @@ import shutil
 
 import pytest
 
-from fleetscope.sim.kernel_tree import EFA_PORT_NETWORK, EFA_PORT_RDMA_WRITE, SysfsTree, unplug
 from fleetscope.sources.efa import (
     EfaDevice,
     parse_counter,
@@ -15,6 +14,7 @@ from fleetscope.sources.efa import (
     read_efa,
 )
 from fleetscope.sources.fs import Root
+from fleetscope_sim.kernel_tree import EFA_PORT_NETWORK, EFA_PORT_RDMA_WRITE, SysfsTree, unplug
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 

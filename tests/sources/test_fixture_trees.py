@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fleetscope.sim.kernel_tree import rdma_pci_name
+from fleetscope_sim.kernel_tree import rdma_pci_name
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from fleetscope.sim.inspector import Comm, InspectorNode, RankProcess, record_line
 from fleetscope.sources.fs import Root
 from fleetscope.sources.nccl import (
     MAX_LINE_BYTES,
@@ -23,6 +22,7 @@ from fleetscope.sources.nccl import (
     parse_record,
     writer_pid,
 )
+from fleetscope_sim.inspector import Comm, InspectorNode, RankProcess, record_line
 from tests.conftest import FIXTURES
 
 NCCL = os.path.join(FIXTURES, "nccl")

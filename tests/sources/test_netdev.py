@@ -5,9 +5,9 @@ import os
 import pytest
 
 from fleetscope.config import NetConfig
-from fleetscope.sim.kernel_tree import SysfsTree, unplug
 from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import STATISTICS, parse_speed, read_netdev, select_interfaces
+from fleetscope_sim.kernel_tree import SysfsTree, unplug
 from tests.conftest import FIXTURES
 from tests.fixtures import make_fixtures as mk
 

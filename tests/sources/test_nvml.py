@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from fleetscope.errors import NoHardware
-from fleetscope.nvml_fake import FakeNvml, install, load_scenario, uninstall
 from fleetscope.sources.nvml import NvmlSource
 from fleetscope.sources.xid import PciAddress, XidSighting
+from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall
 
 
 @pytest.fixture

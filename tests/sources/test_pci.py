@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import os
 
-from fleetscope.nvml_fake import load_scenario, write_sysfs
 from fleetscope.sources.fs import Root
 from fleetscope.sources.pci import list_gpus
+from fleetscope_sim.nvml_fake import load_scenario, write_sysfs
 
 
 def write(path: str, **files: str) -> None:

@@ -269,7 +269,7 @@ def _redact_scenario(redactor: Redactor, scenario: dict[str, Any] | None) -> dic
 def _scenario_yaml(scenario: dict[str, Any]) -> str:
     import yaml
 
-    header = ("# NVML as fleetscope capture found it: a scenario for fleetscope.nvml_fake (load_scenario).\n"
+    header = ("# NVML as fleetscope capture found it: a scenario for fleetscope_sim.nvml_fake (load_scenario).\n"
               "# Values in NVML's units; NVML_ERROR_* where the driver answered that code instead.\n")
     return header + yaml.safe_dump(scenario, sort_keys=False, default_flow_style=None, width=110)
 

@@ -4,7 +4,7 @@ The capture goes through the real ``pynvml`` binding, so the same code reads a r
 tests, the NVML fake installed below the binding. Every entry point the collector uses is called (the
 older fallbacks too, so a replay still answers when a newer symbol is missing), each in a worker thread
 with a time limit: a wedged driver call becomes the scenario's ``hang`` list instead of a wedged capture.
-The result is a scenario in the fake's own format (``fleetscope.nvml_fake.scenarios``): values in NVML's
+The result is a scenario in the fake's own format (``fleetscope_sim.nvml_fake.scenarios``): values in NVML's
 units, ``NVML_ERROR_...`` names where the driver answered a code, ``missing_functions`` for symbols the
 driver lacks, ``lost`` for GPUs that answered GPU_IS_LOST, ``pending_events`` for events seen meanwhile.
 """

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from fleetscope.sim.prom import stop_process, wait_http
+from fleetscope_sim.prom import stop_process, wait_http
 
 BINARIES = ("grafana", "grafana-server")
 # Where packages put Grafana's home: Debian/RPM packages, a /usr/local or Homebrew install.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fleetscope.sim.cluster import ClusterSpec
-from fleetscope.sim.faults import Fault
+from fleetscope_sim.cluster import ClusterSpec
+from fleetscope_sim.faults import Fault
 
 LabelSet = Mapping[str, str]
 AlertKey = tuple[tuple[str, str], ...]

@@ -13,9 +13,9 @@ from typing import Any
 
 from fleetscope.config import LogConfig
 from fleetscope.logs import setup_logging
-from fleetscope.sim.faults import Fault, ScheduleError, load_schedule, parse_schedule
-from fleetscope.sim.schedules import SCHEDULES
-from fleetscope.sim.tree import make_workdir
+from fleetscope_sim.faults import Fault, ScheduleError, load_schedule, parse_schedule
+from fleetscope_sim.schedules import SCHEDULES
+from fleetscope_sim.tree import make_workdir
 
 
 def _cluster_args(parser: argparse.ArgumentParser, default_faults: str | None, interval: float) -> None:
@@ -47,7 +47,7 @@ def _faults(args: argparse.Namespace) -> list[Fault]:
 
 
 def _make(args: argparse.Namespace, faults: list[Fault]) -> Any:
-    from fleetscope.sim.cluster import make_cluster
+    from fleetscope_sim.cluster import make_cluster
 
     try:
         return make_cluster(
@@ -65,7 +65,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     setup_logging(LogConfig(level="info"))
-    from fleetscope.sim.cluster import SimCluster
+    from fleetscope_sim.cluster import SimCluster
 
     spec = _make(args, [])
     spec = dataclasses.replace(spec, faults=tuple(_scheduled(args, spec)))
@@ -126,8 +126,8 @@ def _ports_in_use(ports: list[int]) -> list[int]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     setup_logging(LogConfig(level="warning"))
-    from fleetscope.sim.demo import Demo
-    from fleetscope.sim.prom import find_binary
+    from fleetscope_sim.demo import Demo
+    from fleetscope_sim.prom import find_binary
 
     if find_binary("prometheus") is None:
         print("fleetscope demo needs the Prometheus server on PATH (Debian: apt-get install prometheus).\n"
@@ -156,7 +156,7 @@ def cmd_simulate_node(args: argparse.Namespace) -> int:
     settings = dict(item.partition("=")[::2] for item in args.set)
     if args.source:
         from fleetscope.capture.archive import CaptureError
-        from fleetscope.capture.replay import serve_capture
+        from fleetscope_sim.replay import serve_capture
 
         try:
             serve_capture(args.source, args.listen, settings)
@@ -167,8 +167,8 @@ def cmd_simulate_node(args: argparse.Namespace) -> int:
     if not args.root:
         print("fleetscope simulate-node: give --root (a simulated node) or --from (a capture)", file=sys.stderr)
         return 2
-    from fleetscope.sim.nodeproc import serve_node
-    from fleetscope.sim.tree import NodePaths
+    from fleetscope_sim.nodeproc import serve_node
+    from fleetscope_sim.tree import NodePaths
 
     serve_node(NodePaths(args.root), args.listen, args.interval, settings)
     return 0

@@ -12,8 +12,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fleetscope.sim.faults import Fault
-from fleetscope.sim.profiles import NodeProfile
+from fleetscope_sim.faults import Fault
+from fleetscope_sim.profiles import NodeProfile
 
 EFA_PORT_COUNTERS = (
     "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops",

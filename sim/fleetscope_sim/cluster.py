@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope.sim.faults import Fault
-from fleetscope.sim.inspector import InspectorNode, StepCollectives
-from fleetscope.sim.localhttp import answers_ok
-from fleetscope.sim.node import Load, NodeModel
-from fleetscope.sim.profiles import NodeProfile, profile
-from fleetscope.sim.training import JobModel, JobSpec, Position, RankState
-from fleetscope.sim.tree import NodePaths, TreeWriter
+from fleetscope_sim.faults import Fault
+from fleetscope_sim.inspector import InspectorNode, StepCollectives
+from fleetscope_sim.localhttp import answers_ok
+from fleetscope_sim.node import Load, NodeModel
+from fleetscope_sim.profiles import NodeProfile, profile
+from fleetscope_sim.training import JobModel, JobSpec, Position, RankState
+from fleetscope_sim.tree import NodePaths, TreeWriter
 
 logger = logging.getLogger("fleetscope.sim")
 CLOCK_TICKS = 100  # USER_HZ: /proc/<pid>/stat's start time is in these after boot

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import TextIO
 
-from fleetscope.sim.cluster import ClusterSpec
-from fleetscope.sim.detection import AlertEvent, AlertWatcher, Expectation, Outcome, evaluate
-from fleetscope.sim.faults import KINDS, Fault
+from fleetscope_sim.cluster import ClusterSpec
+from fleetscope_sim.detection import AlertEvent, AlertWatcher, Expectation, Outcome, evaluate
+from fleetscope_sim.faults import KINDS, Fault
 
 # The cause recording rule's ``cause`` values (signals.NODE_SLOWDOWN_CAUSES) in words.
 CAUSE_TEXT: dict[str, str] = {

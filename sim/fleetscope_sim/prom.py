@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from fleetscope.sim.cluster import ClusterSpec
-from fleetscope.sim.localhttp import answers_ok, get_json
+from fleetscope_sim.cluster import ClusterSpec
+from fleetscope_sim.localhttp import answers_ok, get_json
 
 
 def find_binary(name: str) -> str | None:

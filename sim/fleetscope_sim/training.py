@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fleetscope.sim.faults import Fault
+from fleetscope_sim.faults import Fault
 
 Phase = Literal["data", "compute", "comm"]
 

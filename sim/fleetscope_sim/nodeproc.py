@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from fleetscope.config import Config, load
-from fleetscope.sim.tree import NodePaths
+from fleetscope_sim.tree import NodePaths
 
 logger = logging.getLogger("fleetscope.sim.node")
 
@@ -34,12 +34,7 @@ def node_config(paths: NodePaths, listen: str, interval: float, extra: Mapping[s
         "nccl.dir": paths.nccl_dir,
         "log.level": "warning",
     }
-    from fleetscope.collectors import REGISTRY
-
-    for name, entry in REGISTRY.items():
-        if not entry.live:
-            flags[f"collector.{name}.interval"] = interval
-            flags[f"collector.{name}.timeout"] = max(1.0, interval * 0.8)
+    flags.update(collector_flags(interval))
     try:
         with open(paths.node_info, encoding="utf-8") as handle:
             info = json.load(handle)
@@ -49,6 +44,27 @@ def node_config(paths: NodePaths, listen: str, interval: float, extra: Mapping[s
         logger.warning("no expected device counts from %s: %s", paths.node_info, exc)
     flags.update(extra or {})
     return load(flags, environ={})
+
+
+def collector_flags(interval: float | None, enabled: Collection[str] | None = None) -> dict[str, Any]:
+    """Every background collector's interval and timeout: ``interval`` seconds (None: the registry's
+    defaults, the production setting) and a timeout of 80% of it, at least 1 s and never above the
+    collector's own default. ``enabled``: exactly these collectors run (None: the config's choice)."""
+    from fleetscope.collectors import REGISTRY
+
+    flags: dict[str, Any] = {}
+    for name, entry in REGISTRY.items():
+        if enabled is not None:
+            flags[f"collector.{name}"] = name in enabled
+        if entry.live:
+            continue
+        if interval is None:
+            flags[f"collector.{name}.interval"] = entry.default_interval
+            flags[f"collector.{name}.timeout"] = entry.default_timeout
+        else:
+            flags[f"collector.{name}.interval"] = interval
+            flags[f"collector.{name}.timeout"] = min(entry.default_timeout, max(1.0, interval * 0.8))
+    return flags
 
 
 class FileEnaReader:
@@ -83,7 +99,7 @@ def build_node_collectors(config: Config, paths: NodePaths) -> dict[str, Any]:
 
 def serve_node(paths: NodePaths, listen: str, interval: float, settings: Mapping[str, Any] | None = None) -> None:
     from fleetscope.daemon import build_daemon
-    from fleetscope.sim.gpufeed import GpuFeed
+    from fleetscope_sim.gpufeed import GpuFeed
 
     config = node_config(paths, listen, interval, settings)
     feed = GpuFeed(paths)

@@ -2,7 +2,7 @@
 
 Everything runs from the installed package: the rules are rendered from the code this install
 carries, so a wheel without a checkout fires the same alerts. Alertmanager and Grafana join when
-they are installed. The terminal shows the timeline (:mod:`fleetscope.sim.timeline`) and, at the
+they are installed. The terminal shows the timeline (:mod:`fleetscope_sim.timeline`) and, at the
 end or on Ctrl-C, the detection summary; ``--check`` turns that summary into the exit status.
 """
 
@@ -18,11 +18,11 @@ from typing import TextIO
 
 import yaml
 
-from fleetscope.sim.cluster import ClusterSpec, SimCluster
-from fleetscope.sim.detection import AlertWatcher, expectation
-from fleetscope.sim.grafana import COMPOSE_HINT, Grafana, GrafanaInstall, find_dashboards, find_grafana
-from fleetscope.sim.prom import Alertmanager, Prometheus, alertmanager_available, prometheus_config
-from fleetscope.sim.timeline import Timeline, fault_target
+from fleetscope_sim.cluster import ClusterSpec, SimCluster
+from fleetscope_sim.detection import AlertWatcher, expectation
+from fleetscope_sim.grafana import COMPOSE_HINT, Grafana, GrafanaInstall, find_dashboards, find_grafana
+from fleetscope_sim.prom import Alertmanager, Prometheus, alertmanager_available, prometheus_config
+from fleetscope_sim.timeline import Timeline, fault_target
 
 SCRAPE_INTERVAL = 5.0
 

@@ -58,7 +58,7 @@ def replay_config(capture: Capture, extra: Mapping[str, Any] | None = None) -> C
 
 def install_nvml(capture: Capture) -> Any:
     """The captured NVML as the fake below ``pynvml`` (a node without NVML: a library that is not there)."""
-    from fleetscope.nvml_fake import FakeNvml, NvmlReturn, install, load_scenario
+    from fleetscope_sim.nvml_fake import FakeNvml, NvmlReturn, install, load_scenario
 
     path = capture.path("nvml.yaml")
     if os.path.isfile(path):

@@ -14,8 +14,8 @@ import os
 import threading
 from typing import Any
 
-from fleetscope.sim.inspector import rank_pid
-from fleetscope.sim.tree import NodePaths
+from fleetscope_sim.inspector import rank_pid
+from fleetscope_sim.tree import NodePaths
 
 logger = logging.getLogger("fleetscope.sim.gpu")
 
@@ -23,7 +23,7 @@ PCI_DEVICE_IDS = {"hopper": 0x233010DE, "ampere": 0x20B010DE}
 
 
 class GpuFeed:
-    """Owns one installed :class:`~fleetscope.nvml_fake.FakeNvml` and keeps it in step with ``gpu.json``."""
+    """Owns one installed :class:`~fleetscope_sim.nvml_fake.FakeNvml` and keeps it in step with ``gpu.json``."""
 
     def __init__(self, paths: NodePaths, poll: float = 0.5) -> None:
         self.paths = paths
@@ -49,7 +49,7 @@ class GpuFeed:
 
     def install(self) -> Any:
         """Build the fake from the current state file and install it as ``pynvml``'s library."""
-        from fleetscope.nvml_fake import FakeGpu, FakeNvml, install, write_sysfs
+        from fleetscope_sim.nvml_fake import FakeGpu, FakeNvml, install, write_sysfs
 
         state = self._read()
         if state is None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fleetscope.nvml_fake.library import FakeGpu, FakeNvml
 from fleetscope.sources.nvml_h import EVENT_XID, NvmlReturn
+from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -130,7 +130,7 @@ def write_sysfs(fake: FakeNvml, sysfs_root: str, present: list[int] | None = Non
 
     ``present`` limits which GPUs are on the bus (a GPU that vanished from PCI entirely).
     """
-    from fleetscope.sim.kernel_tree import SysfsTree
+    from fleetscope_sim.kernel_tree import SysfsTree
 
     sysfs = SysfsTree(sysfs_root)
     for gpu in fake.gpus:

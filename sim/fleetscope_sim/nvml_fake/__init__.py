@@ -12,9 +12,9 @@ Tests and the simulator run the real ``pynvml`` code against it::
 
 from __future__ import annotations
 
-from fleetscope.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
-from fleetscope.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
 from fleetscope.sources.nvml_h import NvmlReturn
+from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
+from fleetscope_sim.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
 
 __all__ = [
     "SCENARIO_DIR",

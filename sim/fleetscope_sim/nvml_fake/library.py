@@ -302,7 +302,7 @@ class FakeNvml:
 
     @classmethod
     def from_scenario(cls, path_or_name: str) -> FakeNvml:
-        from fleetscope.nvml_fake.scenarios import load_scenario
+        from fleetscope_sim.nvml_fake.scenarios import load_scenario
 
         return load_scenario(path_or_name)
 

@@ -1,6 +1,6 @@
 """Write a node model to disk the way the kernel shows it: a sysfs tree, a procfs tree, a kernel log.
 
-The layout and the atomic, write-when-changed file handling are :mod:`fleetscope.sim.kernel_tree`'s
+The layout and the atomic, write-when-changed file handling are :mod:`fleetscope_sim.kernel_tree`'s
 (the one tree writer, shared with the test fixtures and the benchmarks); this module maps a
 :class:`NodeModel` onto it every tick, and writes the two state files that cannot be kernel files
 (``gpu.json`` for the NVML fake, ``ena.json`` for the ethtool statistics).
@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from fleetscope.sim.kernel_tree import (
+from fleetscope_sim.kernel_tree import (
     NETSTAT_FIELDS,
     SNMP_FIELDS,
     FileTree,
@@ -22,7 +22,7 @@ from fleetscope.sim.kernel_tree import (
     kernel_sections,
     kmsg_record,
 )
-from fleetscope.sim.node import ENA_COUNTERS, NodeModel
+from fleetscope_sim.node import ENA_COUNTERS, NodeModel
 
 EFA_PCI_DEVICE_IDS = {"p4d.24xlarge": "0xefa1", "p5.48xlarge": "0xefa2"}
 EFA_FIRMWARE = "0.0.0"

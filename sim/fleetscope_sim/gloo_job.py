@@ -4,7 +4,7 @@ Run one process per rank with the usual torchrun environment (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) plus
 ``FLEETSCOPE_PUSH_URL`` pointing at the node's daemon::
 
-    python -m fleetscope.sim.gloo_job --seconds 120 [--slow-rank 2 --slowdown 0.2]
+    python -m fleetscope_sim.gloo_job --seconds 120 [--slow-rank 2 --slowdown 0.2]
 
 Each step times its phases with the client: ``data`` (build a batch),
 ``compute`` (forward, backward and optimizer step of a small MLP, plus
@@ -92,7 +92,7 @@ def main() -> int:
     try:
         import torch  # noqa: F401  (imported by train(); checked here to name the extra)
     except ImportError:
-        raise SystemExit("fleetscope.sim.gloo_job needs PyTorch: pip install 'fleetscope[torch]'") from None
+        raise SystemExit("fleetscope_sim.gloo_job needs PyTorch: pip install './sim[torch]'") from None
     steps = train(args.seconds, args.slow_rank, args.slowdown, args.width, args.batch, args.device_ms / 1000)
     print(f"rank {os.environ.get('RANK')}: {steps} steps", flush=True)
     return 0
