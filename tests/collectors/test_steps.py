@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -11,18 +12,11 @@ from fleetscope.config import load
 from fleetscope.metrics import MetricSpec
 from fleetscope.push.gateway import parse_exposition
 from fleetscope.push.models import reports_from_records
+from tests.clocks import FakeClock
 
 
 def record(**fields: object) -> dict[str, object]:
     return fields
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def samples(collector: StepsCollector) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -41,8 +35,8 @@ def labels(
     )
 
 
-def make(**flags: object) -> tuple[StepsCollector, Clock]:
-    clock = Clock()
+def make(**flags: object) -> tuple[StepsCollector, FakeClock]:
+    clock = FakeClock(2_000_000.0)
     return StepsCollector(load(flags=flags, environ={}), clock=clock), clock
 
 
@@ -284,3 +278,27 @@ def test_process_up_while_the_rank_runs_zero_once_it_died_absent_after_goodbye(t
     got = samples(collector)
     assert got[(up, labels(rank="0"))] == 0
     assert (up, labels(rank="1")) not in got
+
+
+def test_every_timestamp_of_a_scrape_is_on_its_clock_reading_across_a_wall_clock_step() -> None:
+    """#30 item 4: Prometheus places the node's timestamps on its own clock with the scrape's clock reading
+    (fleetscope_push_scrape_timestamp_seconds): the offset a step of the node's clock adds cancels out."""
+    collector, clock = make()
+    lab = labels()
+    true_time = clock.now  # Prometheus's clock, which no one sets
+    seen = []
+    for second in range(120):
+        if second == 60:
+            clock.step(-600)
+        clock.now += 1
+        true_time += 1
+        proc = {"pid": 7, "start_time": 1}
+        collector.store.ingest(reports_from_records([record(job="j", rank=0, step=second + 1, step_seconds=1.0,
+                                                           timestamp=clock.now - 0.5, **proc)]))
+        got = samples(collector)
+        offset = true_time - got[("fleetscope_push_scrape_timestamp_seconds", frozenset())]
+        seen.append((got[("fleetscope_training_last_step_timestamp_seconds", lab)] + offset,
+                     got[("fleetscope_training_last_push_timestamp_seconds", lab)] + offset))
+    assert [step for step, _ in seen] == [pytest.approx(true_time - 119.5 + n) for n in range(120)]
+    assert [push for _, push in seen] == [pytest.approx(true_time - 119 + n) for n in range(120)]
+    assert not any(name == "fleetscope_push_rejected_total" for name, _ in samples(collector))  # nothing refused

@@ -6,13 +6,14 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetscope.clock import Clock
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
@@ -43,7 +44,7 @@ class LiveDaemon:
 @contextmanager
 def running_daemon(
     flags: dict[str, Any] | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Clock | None = None,
     port: int = 0,
 ) -> Iterator[LiveDaemon]:
     import uvicorn

@@ -18,6 +18,7 @@ from fleetscope.push.gateway import (
     parse_exposition,
     parse_group_path,
 )
+from tests.clocks import FakeClock
 
 KEY = (("job", "train"), ("rank", "0"))
 BODY = """# HELP loss Training loss.
@@ -26,14 +27,6 @@ loss{phase="train"} 2.5
 # TYPE examples_total counter
 examples_total 128
 """
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_group_path_with_labels_and_base64() -> None:
@@ -98,6 +91,22 @@ def test_groups_expire_after_ttl() -> None:
     clock.now += 59
     assert len(store.view()[0]) == 1
     clock.now += 2
+    assert store.view() == ((), 1)
+
+
+def test_a_group_outlives_a_wall_clock_set_forward_and_keeps_its_age_when_set_back() -> None:
+    """#30 item 4: set forward 2 h, the Pushgateway group was deleted as if nobody had pushed for 2 h."""
+    clock = FakeClock()
+    store = GroupStore(PushConfig(group_ttl=60.0), clock)
+    store.push(KEY, (), replace_all=True)
+    clock.now += 10
+    clock.step(7200)
+    ((group,), expired) = store.view()
+    assert expired == 0 and clock.wall - group.last_push_timestamp == pytest.approx(10.0)
+    clock.step(-7800)
+    ((group,), _) = store.view()
+    assert clock.wall - group.last_push_timestamp == pytest.approx(10.0)
+    clock.now += 51
     assert store.view() == ((), 1)
 
 

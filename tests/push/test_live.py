@@ -25,6 +25,7 @@ from prometheus_client import (
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.daemon import build_daemon
+from tests.clocks import FakeClock
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 
@@ -120,8 +121,8 @@ def test_declared_oversized_body_is_refused_without_reading_it() -> None:
 
 
 def test_push_to_gateway_then_group_expires() -> None:
-    now = [1_700_000_000.0]
-    with running_daemon({"push.group-ttl": "60s"}, clock=lambda: now[0]) as daemon:
+    clock = FakeClock(1_700_000_000.0)
+    with running_daemon({"push.group-ttl": "60s"}, clock=clock) as daemon:
         registry = CollectorRegistry()
         Gauge("batch_loss", "Loss of the last batch.", registry=registry).set(0.75)
         Counter("batch_examples", "Examples.", registry=registry).inc(32)
@@ -130,7 +131,7 @@ def test_push_to_gateway_then_group_expires() -> None:
         labels = {"training_job": "nightly", "rank": "1", "path": "a/b"}
         assert daemon.value("batch_loss", **labels) == 0.75
         assert daemon.value("batch_examples_total", **labels) == 32
-        assert daemon.value("fleetscope_push_group_last_push_timestamp_seconds", **labels) == now[0]
+        assert daemon.value("fleetscope_push_group_last_push_timestamp_seconds", **labels) == clock.now
 
         pushadd_registry = CollectorRegistry()
         Gauge("eval_score", "Score.", registry=pushadd_registry).set(9)
@@ -144,7 +145,7 @@ def test_push_to_gateway_then_group_expires() -> None:
         delete_from_gateway(gateway, job="other")
         assert daemon.value("batch_loss", training_job="other") is None
 
-        now[0] += 61
+        clock.now += 61
         assert daemon.value("batch_loss") is None
         assert daemon.value("fleetscope_push_groups") == 0
         assert daemon.value("fleetscope_push_expired_total", kind="group") == 1

@@ -10,14 +10,7 @@ from fleetscope import record
 from fleetscope.config import PushConfig
 from fleetscope.push.models import RankReport, reports_from_records
 from fleetscope.push.store import ENDED_TTL, LimitExceeded, RankView, StepStore
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import FakeClock
 
 
 def rec(job: str = "j", rank: int = 0, step: int = 0, step_seconds: float = 1.0, **extra: Any) -> dict[str, Any]:
@@ -289,3 +282,73 @@ def test_a_timestamp_far_in_the_future_does_not_hide_a_hang() -> None:
     store = StepStore(PushConfig(), clock)
     push(store, rec(step=1, timestamp=1e300))
     assert only(store).values["timestamp"] == 5000.0
+
+
+def healthy_rank(store: StepStore, clock: FakeClock, first: int, seconds: int) -> int:
+    """A rank completing a step a second, stamped on the node's wall clock, reporting once a second."""
+    proc = {"pid": 7, "start_time": 1}
+    for number in range(first, first + seconds):
+        clock.now += 1
+        store.ingest([report(step(number, timestamp=clock.wall - 0.2),
+                             position={"step": number + 1, "phase": "data", "since": clock.wall - 0.1}, **proc)])
+    return first + seconds
+
+
+def test_a_wall_clock_set_back_600_s_neither_freezes_progress_nor_rejects_steps() -> None:
+    """#30 item 4: set back 600 s, the last-step time froze and 401 steps in 40 s were refused as `clock`."""
+    clock = FakeClock(1_700_000_000.0)
+    store = StepStore(PushConfig(), clock)
+    number = healthy_rank(store, clock, 1, 60)
+    clock.step(-600)
+    number = healthy_rank(store, clock, number, 40)
+    view = store.view()
+    values = only(store).values
+    assert values["steps"] == 100 and view.rejected == {}
+    # Every time is on the wall clock of the view: the newest step 0.2 s ago, the last push just now.
+    assert view.wall - values["timestamp"] == pytest.approx(0.2)
+    assert view.wall - values["last_push"] == pytest.approx(0.0)
+    position = only(store).position
+    assert position is not None and view.wall - position.since == pytest.approx(0.1)
+
+
+def test_a_wall_clock_set_forward_2_h_keeps_every_rank() -> None:
+    """#30 item 4: set forward 2 h, every rank expired at once (steps_total 469 -> 30)."""
+    clock = FakeClock(1_700_000_000.0)
+    store = StepStore(PushConfig(rank_ttl=300.0), clock)
+    number = healthy_rank(store, clock, 1, 60)
+    clock.step(7200)
+    healthy_rank(store, clock, number, 30)
+    view = store.view()
+    assert only(store).values["steps"] == 90 and view.expired == {} and view.rejected == {}
+    assert view.wall - only(store).values["timestamp"] == pytest.approx(0.2)
+
+
+def test_a_step_read_across_a_wall_clock_step_is_placed_when_it_arrived() -> None:
+    """A stamp taken before the clock was set back arrives "in the future"; one taken before it was set
+    forward arrives 2 h old: each is placed at its arrival, counted as `clock`, and progress never goes back."""
+    clock = FakeClock(1_700_000_000.0)
+    store = StepStore(PushConfig(), clock)
+    proc = {"pid": 7, "start_time": 1}
+    store.ingest([report(step(1, timestamp=clock.wall - 0.5), **proc)])
+    stamped = clock.wall
+    clock.now += 1
+    clock.step(-600)
+    store.ingest([report(step(2, timestamp=stamped), **proc)])
+    assert store.view().wall - only(store).values["timestamp"] == pytest.approx(0.0)
+    stamped = clock.wall
+    clock.now += 1
+    clock.step(7200)
+    store.ingest([report(step(3, timestamp=stamped), **proc)])
+    view = store.view()
+    assert view.wall - only(store).values["timestamp"] == pytest.approx(0.0)
+    assert view.rejected == {"clock": 2}
+
+
+def test_ranks_expire_on_the_monotonic_clock() -> None:
+    clock = FakeClock()
+    store = StepStore(PushConfig(rank_ttl=60.0), clock)
+    push(store, rec(rank=0))
+    clock.step(-3600)
+    clock.now += 61  # time that passed, whatever the wall clock says
+    assert store.view().ranks == ()
+    assert store.view().expired == {"rank": 1}

@@ -7,13 +7,12 @@ snapshot).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fleetscope import record
+from fleetscope.clock import Clock, SystemClock
 from fleetscope.collectors.protocol import App, Collector, HasRouters
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
@@ -64,6 +63,7 @@ def add_receiver(builder: FamilyBuilder, view: StoreView, groups: int, groups_ex
     builder.add(push.TABLE["expired"], ("rank",), view.expired.get("rank", 0))
     builder.add(push.TABLE["expired"], ("group",), groups_expired)
     builder.add(push.TABLE["groups"], (), groups)
+    builder.add(push.SCRAPE_TIMESTAMP_SECONDS, (), view.wall)
 
 
 def group_families(groups: tuple[GroupView, ...]) -> list[Metric]:
@@ -96,10 +96,11 @@ class StepsCollector(Collector, HasRouters):
     name = "steps"
     tables = (training.TABLE, training.POSITION_TABLE, push.TABLE)
 
-    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
-        self.store = StepStore(config.push, clock)
-        self.groups = GroupStore(config.push, clock)
+        self.clock = clock or SystemClock()
+        self.store = StepStore(config.push, self.clock)
+        self.groups = GroupStore(config.push, self.clock)
         self.processes = ProcessTable(config.path.procfs)
 
     def routers(self) -> list[tuple[App, APIRouter]]:
@@ -114,8 +115,9 @@ class StepsCollector(Collector, HasRouters):
         return self.processes.alive(*process)
 
     def collect(self) -> list[Metric]:
-        view = self.store.view()
-        groups, groups_expired = self.groups.view()
+        now = self.clock.read()  # one reading: every Unix time of this scrape is on it
+        view = self.store.view(now)
+        groups, groups_expired = self.groups.view(now)
         builder = FamilyBuilder()
         for rank in sorted(view.ranks, key=lambda r: (r.job, r.rank)):
             add_rank(builder, rank, self._process_up(rank))

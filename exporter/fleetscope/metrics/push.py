@@ -29,6 +29,13 @@ GROUP_LAST_PUSH_TIMESTAMP_SECONDS = MetricSpec(
     "Unix time of the last push to a Pushgateway-style group; labels are the group's grouping key "
     "(job exposed as training_job).",
     ("training_job",), unit="seconds")
+# The clock every Unix time the steps collector exports is on (docs/reliability.md, clock steps).
+SCRAPE_TIMESTAMP_SECONDS = MetricSpec(
+    "fleetscope_push_scrape_timestamp_seconds", "gauge",
+    "The node's wall clock (Unix time) when this scrape read the pushed steps and groups: every "
+    "fleetscope_training_*_timestamp_seconds and group last-push time of the scrape is on this reading. "
+    "Prometheus's sample time minus it is the node clock's offset from Prometheus's clock.",
+    unit="seconds")
 
 TABLE = table(
     "push",
@@ -42,6 +49,7 @@ TABLE = table(
         ("groups", GROUPS),
         ("group_samples", GROUP_SAMPLES),
         ("group_last_push", GROUP_LAST_PUSH_TIMESTAMP_SECONDS),
+        ("scrape_time", SCRAPE_TIMESTAMP_SECONDS),
     ],
     collector="steps",
 )

@@ -46,10 +46,10 @@ import binascii
 import math
 import re
 import threading
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
+from fleetscope.clock import Clock, Now, SystemClock
 from fleetscope.config import PushConfig
 from fleetscope.metrics.spec import NAMESPACE
 
@@ -110,7 +110,7 @@ class PushedFamily:
 class GroupView:
     key: GroupKey
     families: tuple[PushedFamily, ...]
-    last_push_timestamp: float
+    last_push_timestamp: float  # Unix time in a view; an instant on the monotonic clock inside the store
 
     def exposed_labels(self) -> dict[str, str]:
         return {EXPOSED_LABEL.get(name, name): value for name, value in self.key}
@@ -513,9 +513,9 @@ class _Index:
 class GroupStore:
     """Pushed groups by grouping key, with Pushgateway replace semantics, budgets and expiry."""
 
-    def __init__(self, config: PushConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: PushConfig, clock: Clock | None = None) -> None:
         self._config = config
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._groups: dict[GroupKey, GroupView] = {}
         self._index = _Index()
@@ -526,7 +526,7 @@ class GroupStore:
 
         Raises GroupError (400), GroupTooLarge (413) or GroupLimitExceeded (429), storing nothing.
         """
-        now = self._clock()
+        now = self._clock.read().monotonic  # expiry on a clock that no one sets
         with self._lock:
             self._sweep_locked(now)
             current = self._groups.get(key)
@@ -599,11 +599,14 @@ class GroupStore:
             self._index.remove(self._groups.pop(key).families)
         self.expired += len(stale)
 
-    def view(self) -> tuple[tuple[GroupView, ...], int]:
-        """(live groups, groups expired so far)."""
+    def view(self, now: Now | None = None) -> tuple[tuple[GroupView, ...], int]:
+        """(live groups, groups expired so far); last pushes as Unix time on the wall clock of ``now``."""
         with self._lock:
-            self._sweep_locked(self._clock())
-            return tuple(self._groups.values()), self.expired
+            now = now or self._clock.read()
+            self._sweep_locked(now.monotonic)
+            groups = tuple(replace(g, last_push_timestamp=now.unix(g.last_push_timestamp))
+                           for g in self._groups.values())
+            return groups, self.expired
 
     def samples(self) -> int:
         with self._lock:

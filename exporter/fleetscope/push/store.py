@@ -16,19 +16,24 @@ clock that went backwards) is replaced by the time the daemon received it;
 a new process of the same rank (a restart, which may begin again at step 0)
 starts its own order. Readers get frozen :class:`RankView` snapshots; nothing
 here knows about Prometheus.
+
+Every instant is kept on the monotonic clock (:mod:`fleetscope.clock`), so a step of the node's wall
+clock neither expires ranks nor freezes their progress. A time a rank reports (its step's completion,
+its phase's start) is on the same node's wall clock as the daemon's, so it is read as an age at the
+moment it arrives; views give instants back as Unix time on the wall clock of the view.
 """
 
 from __future__ import annotations
 
 import statistics
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope import record
+from fleetscope.clock import Clock, Now, SystemClock
 from fleetscope.config import PushConfig
 from fleetscope.push.models import RankReport
 from fleetscope.record import Role
@@ -54,7 +59,8 @@ class LimitExceeded(Exception):
 class Position:
     step: int
     phase: str
-    since: float  # Unix time the rank entered the phase (never after the daemon received it)
+    since: float  # when the rank entered the phase (never after the daemon received it): Unix time in a
+    # view, an instant on the monotonic clock inside the store
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class StoreView:
     records_total: int
     rejected: Mapping[str, int]
     expired: Mapping[str, int]
+    wall: float  # the node's wall clock when the view was taken: the clock of every Unix time in it
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,10 @@ class _Rank:
     steps: int = 0
     totals: dict[str, float] = field(default_factory=dict)
     recent: dict[str, deque[float]] = field(default_factory=dict)
-    latest: dict[str, float] = field(default_factory=dict)
-    last_push: float = 0.0
-    position: Position | None = None
+    latest: dict[str, float] = field(default_factory=dict)  # the completion time: a monotonic instant
+    last_push: float = 0.0  # monotonic
+    position: Position | None = None  # since: monotonic
+    newest_stamp: float | None = None  # the latest completion time a step carried, as the rank stamped it
     ordered: bool = False  # steps of this process must go forward (it said which process it is)
 
     def session(self) -> tuple[Any, ...]:
@@ -125,14 +133,14 @@ class Counter:
 class StepStore:
     """Per-rank step state with limits, rolling windows and expiry."""
 
-    def __init__(self, config: PushConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: PushConfig, clock: Clock | None = None) -> None:
         self._config = config
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._ranks: dict[tuple[str, int], _Rank] = {}
         self._jobs: dict[str, int] = {}  # job -> number of tracked ranks
         self._records_total = 0
-        self._last_sweep = 0.0
+        self._last_sweep = -EXPIRE_EVERY
         self.rejected = Counter()
         self.expired = Counter()
 
@@ -142,10 +150,10 @@ class StepStore:
         """Store validated reports; raises :class:`LimitExceeded` (storing nothing) past the limits."""
         if not reports:
             return IngestResult(0, 0)
-        now = self._clock()
+        now = self._clock.read()
         accepted = duplicate = clock_fixes = 0
         with self._lock:
-            self._sweep_locked(now)
+            self._sweep_locked(now.monotonic)
             new_keys = {(r.job, r.rank) for r in reports} - self._ranks.keys()
             if new_keys:
                 self._check_limits_locked(new_keys)
@@ -177,7 +185,7 @@ class StepStore:
                 f"{self._config.max_ranks} (push.max-ranks)"
             )
 
-    def _apply_locked(self, state: _Rank, report: RankReport, now: float) -> tuple[int, int, int]:
+    def _apply_locked(self, state: _Rank, report: RankReport, now: Now) -> tuple[int, int, int]:
         """Apply one rank's report; returns (steps stored, steps already stored, clock fixes)."""
         previous_session = state.session()
         # Placement and process facts: the newest push that states them wins (a restarted job may move).
@@ -198,14 +206,14 @@ class StepStore:
             stored += 1
         if report.position is not None:
             since = report.position["since"]
-            if since > now:  # a clock ahead of the daemon's: the rank is there now, at the latest
-                since, fixed = now, fixed + 1
-            state.position = Position(report.position["step"], report.position["phase"], since)
-        state.last_push = now
+            if since > now.wall:  # a clock ahead of the daemon's: the rank is there now, at the latest
+                since, fixed = now.wall, fixed + 1
+            state.position = Position(report.position["step"], report.position["phase"], now.instant(since))
+        state.last_push = now.monotonic
         return stored, refused, fixed
 
     @staticmethod
-    def _add_step_locked(state: _Rank, step: Mapping[str, Any], now: float) -> int:
+    def _add_step_locked(state: _Rank, step: Mapping[str, Any], now: Now) -> int:
         """Add one step's values; returns 1 when its completion time had to be replaced."""
         state.steps += 1
         for name in _DURATIONS:
@@ -226,13 +234,17 @@ class StepStore:
             if value is not None:
                 state.latest[name] = value
         state.latest[_NUMBER] = step[_NUMBER]
-        completed = step.get(_TIME)
+        stamp = step.get(_TIME)
         previous = state.latest.get(_TIME)
         fixed = 0
-        if completed is None:
-            completed = now
-        elif completed > now + CLOCK_SLACK or (previous is not None and completed < previous):
-            completed, fixed = now, 1  # the rank's clock is wrong or went backwards: when we heard of it
+        if stamp is None:
+            completed = now.monotonic
+        elif stamp > now.wall + CLOCK_SLACK or (previous is not None and now.instant(stamp) < previous - CLOCK_SLACK):
+            # A stamp from a wrong clock, or one read across a step of the wall clock: when we heard of it.
+            completed, fixed = now.monotonic, 1
+        else:
+            completed = min(now.instant(stamp), now.monotonic)
+            state.newest_stamp = stamp if state.newest_stamp is None else max(state.newest_stamp, stamp)
         state.latest[_TIME] = completed if previous is None else max(previous, completed)
         return fixed
 
@@ -248,6 +260,7 @@ class StepStore:
     # -- expiry -------------------------------------------------------------------------------
 
     def _sweep_locked(self, now: float, force: bool = False) -> None:
+        """Drop ranks silent for longer than their TTL (``now``: monotonic)."""
         if not force and now - self._last_sweep < EXPIRE_EVERY:
             return
         self._last_sweep = now
@@ -267,35 +280,42 @@ class StepStore:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def view(self) -> StoreView:
-        """A consistent snapshot (expired ranks removed first)."""
+    def view(self, now: Now | None = None) -> StoreView:
+        """A consistent snapshot (expired ranks removed first), its times as Unix time on ``now``'s wall clock."""
         with self._lock:
-            self._sweep_locked(self._clock(), force=True)
+            now = now or self._clock.read()
+            self._sweep_locked(now.monotonic, force=True)
             # A few hundred medians of <= median_window values: well under a millisecond.
-            ranks = tuple(_view(job, rank, s) for (job, rank), s in self._ranks.items())
+            ranks = tuple(_view(job, rank, s, now) for (job, rank), s in self._ranks.items())
             jobs = len(self._jobs)
             records_total = self._records_total
-        return StoreView(ranks, jobs, records_total, self.rejected.snapshot(), self.expired.snapshot())
+        return StoreView(ranks, jobs, records_total, self.rejected.snapshot(), self.expired.snapshot(), now.wall)
 
 
-def _went_back(state: _Rank, step: Mapping[str, Any], now: float) -> bool:
+def _went_back(state: _Rank, step: Mapping[str, Any], now: Now) -> bool:
     """A lower step number completed after every step stored: the job went back to a checkpoint in-process.
 
-    A re-sent step carries the completion time it had when first sent, never later than the newest stored.
+    A re-sent step carries the very stamp it had when first sent, never later than the newest stored: the
+    rank's own stamps are compared, not instants, which two readings of the clocks place a hair apart.
     """
-    completed, newest = step.get(_TIME), state.latest.get(_TIME)
-    return completed is not None and newest is not None and newest < completed <= now + CLOCK_SLACK
+    stamp, newest = step.get(_TIME), state.newest_stamp
+    return stamp is not None and newest is not None and newest < stamp <= now.wall + CLOCK_SLACK
 
 
 def _ended(state: _Rank) -> bool:
     return state.position is not None and state.position.phase == "ended"
 
 
-def _view(job: str, rank: int, state: _Rank) -> RankView:
-    values: dict[str, float] = {record.STEPS_KEY: state.steps, record.LAST_PUSH_KEY: state.last_push}
+def _view(job: str, rank: int, state: _Rank, now: Now) -> RankView:
+    values: dict[str, float] = {record.STEPS_KEY: state.steps, record.LAST_PUSH_KEY: now.unix(state.last_push)}
     values.update(state.totals)
     values.update(state.latest)
+    if _TIME in state.latest:
+        values[_TIME] = now.unix(state.latest[_TIME])
     for name, window in state.recent.items():
         if window:
             values[record.median_key(name)] = statistics.median(window)
-    return RankView(job, rank, dict(state.fields), values, state.position)
+    position = state.position
+    if position is not None:
+        position = Position(position.step, position.phase, now.unix(position.since))
+    return RankView(job, rank, dict(state.fields), values, position)
