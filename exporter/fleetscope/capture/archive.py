@@ -17,6 +17,7 @@ a host name, an address, a MAC, a GUID, a GPU UUID or serial is refused with an 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -24,7 +25,9 @@ import os
 import platform
 import shutil
 import socket
+import stat
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -340,17 +343,61 @@ def write_archive(rendered: Rendered, path: str, mtime: float | None = None) -> 
             info = tarfile.TarInfo(f"{TOP}/{name}")
             info.size, info.mode, info.mtime = len(data), 0o644, stamp
             tar.addfile(info, io.BytesIO(data))
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=stamp, filename="") as packed:
-        packed.write(buffer.getvalue())
-    os.replace(temporary, path)
+    write_file(path, gzip.compress(buffer.getvalue(), mtime=stamp), 0o644 & ~_umask())
 
 
 def write_mapping(rendered: Rendered, path: str) -> None:
     """pseudonym -> original, for the person who captured (owner-only file, never part of the archive)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(rendered.redactor.mapping(), handle, indent=1, sort_keys=True)
+    write_file(path, json.dumps(rendered.redactor.mapping(), indent=1, sort_keys=True).encode(), 0o600)
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def write_file(path: str, data: bytes, mode: int) -> None:
+    """``data`` at ``path``, whole or not at all, as root in a directory other users may write to.
+
+    Only a regular file (or nothing) at ``path`` is replaced: a device node, a FIFO, a directory or a symlink
+    there is refused (``-o /dev/full`` once replaced the device). The data goes to a temporary file that
+    ``mkstemp`` creates with ``O_EXCL`` (a name nobody can have planted a link at) in the same directory, then
+    is renamed over ``path``; on any error the temporary file is removed and :class:`CaptureError` says why in
+    one line.
+    """
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise CaptureError(f"cannot write {path}: {exc.strerror}") from None
+    if existing is not None:
+        if stat.S_ISLNK(existing.st_mode):
+            raise CaptureError(f"cannot write {path}: it is a symbolic link; give the path it points to")
+        if stat.S_ISDIR(existing.st_mode):
+            raise CaptureError(f"cannot write {path}: it is a directory; give a file name")
+        if not stat.S_ISREG(existing.st_mode):
+            raise CaptureError(f"cannot write {path}: it exists and is not a regular file")
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise CaptureError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise CaptureError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 # -- reading --------------------------------------------------------------------------------------

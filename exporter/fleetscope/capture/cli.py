@@ -18,15 +18,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
     setup_logging(config.log, quiet=True)
     snapshot = take_snapshot(config, nvml=args.nvml, nvml_timeout=args.nvml_timeout,
                              gpm_interval=args.gpm_interval, event_wait=args.event_wait)
+    output = args.output or time.strftime("fleetscope-capture-%Y%m%dT%H%M%SZ.tar.gz", time.gmtime(snapshot.created))
     try:
         rendered = render(snapshot)
+        write_archive(rendered, output, snapshot.created)
+        if args.mapping:
+            write_mapping(rendered, args.mapping)
     except CaptureError as exc:
         print(f"fleetscope capture: {exc}", file=sys.stderr)
         return 1
-    output = args.output or time.strftime("fleetscope-capture-%Y%m%dT%H%M%SZ.tar.gz", time.gmtime(snapshot.created))
-    write_archive(rendered, output, snapshot.created)
-    if args.mapping:
-        write_mapping(rendered, args.mapping)
     contents = rendered.manifest["contents"]
     print(f"wrote {output} ({os.path.getsize(output) / 1024:.0f} KiB)")
     print(f"  sys: {contents['sys']['files']} files, {len(contents['sys']['refused'])} refused by the kernel")
