@@ -76,6 +76,14 @@ JOB_TOKEN_RATE = "training_job:fleetscope_training_tokens:rate"
 RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
 
 
+# -- training: placement -----------------------------------------------------------------------------
+
+# The rank -> GPU map, recorded once (rules/training.py): value 1 per rank with its `gpu` label from
+# rank_info, held over a missed scrape. A rank without rank_info is mapped without `gpu`. Every rule that
+# names a rank's GPU joins it with one line: `* on (instance, training_job, rank) group_left (gpu)` (on_gpu).
+RANK_GPU = "rank:fleetscope_training_rank_info:gpu"
+
+
 # -- training: progress (rules/progress.py) -----------------------------------------------------------
 
 # When a job last made progress: its newest completed step, or before any, its newest phase change
@@ -83,10 +91,12 @@ RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
 JOB_PROGRESS = "training_job:fleetscope_training_progress:timestamp_seconds"
 # How long a job may go without progress before it is hung: 10x its median step time, clamped.
 JOB_HANG_THRESHOLD = "training_job:fleetscope_training_progress:hang_threshold_seconds"
-# In hung jobs: ranks not waiting in a collective (label `phase` = data, compute, other or idle; value: when
-# they entered it), and ranks whose reports stopped (`phase="silent"`; value: their last report). Timestamps,
-# not ages: a reader computes the age at its own evaluation.
-RANK_NOT_WAITING = "rank:fleetscope_training_phase_start_timestamp_seconds:not_waiting"
+# Hung jobs only: those without progress for longer than their threshold (value: when they last made progress).
+JOB_HUNG = "training_job:fleetscope_training_progress:hung"
+# The hang suspects, in hung jobs only: ranks not waiting in a collective (label `phase` = data, compute, other
+# or idle; value: when they entered it), and ranks whose reports stopped (`phase="silent"`; value: their last
+# report). Timestamps, not ages: a reader computes the age at its own evaluation.
+RANK_HANG_SUSPECTS = "rank:fleetscope_training_phase_start_timestamp_seconds:hang_suspects"
 # The few ranks the progress rules single out, recorded once so that every rule reads a handful of series
 # instead of every rank's: ranks that said goodbye (value 1), ranks whose process is gone (value 0), ranks
 # whose reports stopped (value: their last report), and per job its newest report.
@@ -222,25 +232,10 @@ def silent_ranks(after: str) -> str:
     )
 
 
-def with_gpu(expr: str, rank_info: str) -> str:
-    """``expr`` per rank with the rank's ``gpu`` label from ``rank_info`` (a selector of
-    fleetscope_training_rank_info); ranks without rank_info are kept, without ``gpu``. The result is
-    parenthesised, so it composes with any operator.
-
-    rank_info is read once: ranks it lacks join a stand-in of value 1 without ``gpu``, built from
-    ``expr`` itself (one series per rank). At fleet size reading every rank's info twice costs more than
-    the rest of an alert whose ``expr`` is already filtered to a few ranks."""
-    return (
-        f"(\n"
-        f"  (\n    {indent(expr, '    ')}\n  )\n"
-        f"    * on ({RANK_KEY}) group_left (gpu)\n"
-        f"  (\n"
-        f"    {rank_info}\n"
-        f"      or on ({RANK_KEY})\n"
-        f"    count by ({RANK_KEY}) (\n      {indent(expr, '      ')}\n    ) * 0 + 1\n"
-        f"  )\n"
-        f")"
-    )
+def on_gpu(expr: str) -> str:
+    """``expr`` per rank with the rank's ``gpu`` label: one join with :data:`RANK_GPU`. ``expr`` must bind
+    tighter than ``*`` (a name, a selector, a parenthesised expression)."""
+    return f"{expr}\n  * on ({RANK_KEY}) group_left (gpu)\n{RANK_GPU}"
 
 
 def recording_rule_names() -> frozenset[str]:

@@ -19,24 +19,21 @@ from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import (
     JOB_HANG_THRESHOLD,
+    JOB_HUNG,
     JOB_LAST_PUSH,
     JOB_PROGRESS,
     JOB_STEP,
     RANK_ENDED,
     RANK_GONE,
+    RANK_HANG_SUSPECTS,
     RANK_KEY,
-    RANK_NOT_WAITING,
     RANK_SILENT,
     indent,
+    on_gpu,
 )
-from fleetscope.signals import with_gpu as _with_gpu
 
 NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
 SILENT = "silent"  # the phase label of a rank whose reports stopped
-
-
-def with_gpu(s: Settings, expr: str) -> str:
-    return _with_gpu(expr, sel(s, str(training.RANK_INFO)))
 
 
 def _gone(s: Settings) -> str:
@@ -77,7 +74,9 @@ def hang_threshold(s: Settings) -> str:
     )
 
 
-HUNG_JOBS = f"time() - {JOB_PROGRESS}\n  > on (training_job)\n{JOB_HANG_THRESHOLD}"
+def hung(s: Settings) -> str:
+    """Jobs past their hang threshold; the value stays their last progress's time."""
+    return f"{JOB_PROGRESS}\n  < on (training_job)\ntime() - {JOB_HANG_THRESHOLD}"
 
 
 def recording_rules(s: Settings) -> Group:
@@ -89,7 +88,8 @@ def recording_rules(s: Settings) -> Group:
         Record(JOB_LAST_PUSH, f"max by (training_job) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))})"),
         Record(JOB_PROGRESS, last_progress(s)),
         Record(JOB_HANG_THRESHOLD, hang_threshold(s)),
-        Record(RANK_NOT_WAITING, suspects(s)),
+        Record(JOB_HUNG, hung(s)),
+        Record(RANK_HANG_SUSPECTS, suspects(s)),
     ))
 
 
@@ -112,7 +112,7 @@ def suspects(s: Settings) -> str:
     # compute phase, and recording them all wrote one series per rank at every evaluation.
     return (
         f"(\n  (\n    {indent(not_waiting, '    ')}\n  )\n  or\n  (\n    {indent(went_silent, '    ')}\n  )\n)\n"
-        f"  and on (training_job)\n(\n  {indent(HUNG_JOBS)}\n)"
+        f"  and on (training_job)\n{JOB_HUNG}"
     )
 
 
@@ -132,14 +132,14 @@ def alert_rules(s: Settings) -> Group:
         "; {{ . | first | value }} of its ranks wait in a collective", "count({} == 1)",
     )
     where = "rank {{ $labels.rank }} on {{ $labels.instance }}{{ with $labels.gpu }} (GPU {{ . }}){{ end }}"
-    rank_expr = (
-        f"time() - {RANK_NOT_WAITING}\n"
-        f"  and on (training_job)\n(\n  {indent(HUNG_JOBS)}\n)\n"
-        f"  unless on (training_job)\n{RANK_GONE}"
-    )
-    nobody_expr = (
-        f"{HUNG_JOBS}\n"
-        f"  unless on (training_job)\n{RANK_NOT_WAITING}\n"
+    # The suspects with their GPU, or, where every rank waits in a collective, the job alone; never a job with
+    # a dead rank (TrainingRankDead says it).
+    hang_expr = (
+        f"(\n"
+        f"  {indent(on_gpu(f'(time() - {RANK_HANG_SUSPECTS})'))}\n"
+        f"  or\n"
+        f"  time() - {JOB_HUNG}\n    unless on (training_job)\n  {RANK_HANG_SUSPECTS}\n"
+        f")\n"
         f"  unless on (training_job)\n{RANK_GONE}"
     )
     hang_description = (
@@ -161,16 +161,18 @@ def alert_rules(s: Settings) -> Group:
         s, str(training.PHASE), rank, rank_args, " in its {{ (. | first).Labels.phase }} phase", "{} == 1"
     )
     silent_expr = (
-        f"time() - {RANK_SILENT}\n"
-        f"  unless on ({RANK_KEY})\n{RANK_ENDED}\n"
-        f"  unless on ({RANK_KEY})\n{RANK_GONE}\n"
-        f"  and on (training_job)\n"
-        f"(time() - {JOB_LAST_PUSH} < {num(s.silent_after_seconds)})"
+        f"(\n"
+        f"  time() - {RANK_SILENT}\n"
+        f"    unless on ({RANK_KEY})\n  {RANK_ENDED}\n"
+        f"    unless on ({RANK_KEY})\n  {RANK_GONE}\n"
+        f"    and on (training_job)\n"
+        f"  (time() - {JOB_LAST_PUSH} < {num(s.silent_after_seconds)})\n"
+        f")"
     )
     alerts = [
         Alert(
             "TrainingJobHang",
-            f"(\n  {indent(with_gpu(s, rank_expr))}\n)\nor\n(\n  {indent(nobody_expr)}\n)",
+            hang_expr,
             "critical",
             "A training job makes no progress; the alert names the rank it waits for.",
             hang_description,
@@ -178,7 +180,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "TrainingRankDead",
-            with_gpu(s, RANK_GONE),
+            on_gpu(RANK_GONE),
             "critical",
             "A training rank's process is gone without saying goodbye.",
             f"The process of {where} of training job {{{{ $labels.training_job }}}} is gone and never said "
@@ -188,7 +190,7 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "TrainingRankSilent",
-            with_gpu(s, silent_expr),
+            on_gpu(silent_expr),
             "warning",
             "A training rank stopped reporting while the other ranks of its job go on.",
             f"{where[0].upper()}{where[1:]} of training job {{{{ $labels.training_job }}}} last reported "

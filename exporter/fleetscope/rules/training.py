@@ -14,7 +14,6 @@ below ``straggler_min_excess``.
 
 from __future__ import annotations
 
-from fleetscope import signals
 from fleetscope.metrics import training
 from fleetscope.rules.model import Alert, Group, Record, held, num, sel
 from fleetscope.rules.settings import Settings
@@ -31,13 +30,16 @@ from fleetscope.signals import (
     RANK_COMM_SHARE_TYPICAL,
     RANK_COMPUTE_RATIO,
     RANK_COMPUTE_RATIO_SMOOTHED,
+    RANK_GPU,
     RANK_KEY,
     STAGE_COMPUTE,
     STAGE_KEY,
     STRAGGLER_CAUSE,
     STRAGGLER_CAUSES,
     STRAGGLERS,
+    indent,
     job_share,
+    on_gpu,
     rank_share,
 )
 
@@ -47,8 +49,20 @@ RANK_LABELS = (
 )
 
 
-def with_gpu(s: Settings, expr: str) -> str:
-    return signals.with_gpu(expr, held(s, training.RANK_INFO))
+def rank_gpu(s: Settings) -> str:
+    """The rank -> GPU map: rank_info as scraped now, else as last scraped within the gap window (so a missed
+    scrape keeps the map, and a restart onto another GPU maps the new one at once instead of two). A rank
+    without rank_info (a daemon that exports none) is mapped without ``gpu`` from the series the rules that
+    join the map read of it, so they still name it."""
+    info = sel(s, training.RANK_INFO)
+    seen = (training.LAST_PUSH_TIMESTAMP_SECONDS, training.PROCESS_UP, training.COMPUTE_SECONDS_MEDIAN)
+    return (
+        f"max by (cluster, {RANK_KEY}, gpu) (\n"
+        f"  {info}\n    or on ({RANK_KEY})\n  {held(s, training.RANK_INFO)}\n"
+        f")\n"
+        f"  or on ({RANK_KEY})\n"
+        f"group by (cluster, {RANK_KEY}) (\n  " + "\n  or\n  ".join(sel(s, m) for m in seen) + "\n)"
+    )
 
 
 def straggler_threshold(s: Settings) -> str:
@@ -77,9 +91,12 @@ def straggler_threshold(s: Settings) -> str:
 def recording_rules(s: Settings) -> Group:
     w = s.rate_window
     compute = held(s, training.COMPUTE_SECONDS_MEDIAN)
+    ratio = f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}"
     rules: list[Record] = [
+        # First: every group that names a rank's GPU reads it (this one at this evaluation).
+        Record(RANK_GPU, rank_gpu(s)),
         Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {compute})"),
-        Record(RANK_COMPUTE_RATIO, with_gpu(s, f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}")),
+        Record(RANK_COMPUTE_RATIO, on_gpu(f"(\n  {indent(ratio)}\n)")),
         Record(RANK_COMPUTE_RATIO_SMOOTHED, f"quantile_over_time(0.5, {RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
         Record(JOB_COMPUTE_RATIO_SPREAD,
                f"1.4826 * quantile by ({JOB_KEY}) (0.5, abs({RANK_COMPUTE_RATIO_SMOOTHED} - 1))"),
@@ -214,11 +231,13 @@ def alert_rules(s: Settings) -> Group:
     for severity, share in (("warning", s.input_warning_share), ("critical", s.input_critical_share)):
         alerts.append(Alert(
             "TrainingRankInputBound",
-            with_gpu(s, (
-                f"{rank_share('data')} > {num(share)}\n"
-                f"unless on (training_job)\n"
-                f"{job_share('data')} > {num(share)}"
-            )),
+            on_gpu(
+                f"(\n"
+                f"  {rank_share('data')} > {num(share)}\n"
+                f"    unless on (training_job)\n"
+                f"  {job_share('data')} > {num(share)}\n"
+                f")"
+            ),
             severity,  # type: ignore[arg-type]
             "One training rank waits on its input pipeline while the rest of the job does not.",
             "Rank {{ $labels.rank }} of training job {{ $labels.training_job }} on {{ $labels.instance }}"
