@@ -375,6 +375,7 @@ class GroupResult:
     failures: float = 0.0
     missed: float = 0.0
     samples_read: int = 0  # samples its rules' queries load (Prometheus's totalQueryableSamples), one evaluation
+    rule_samples_read: dict[str, int] = field(default_factory=dict)  # the same per rule (alerts: severities summed)
     rule_seconds: dict[str, list[float]] = field(default_factory=dict)  # per rule: evaluation times seen
 
 
@@ -495,14 +496,16 @@ def samples_read(port: int, rules: Path, result: SizeResult) -> None:
     query with Prometheus's query statistics. Unlike seconds, this does not depend on the machine."""
     at = time.time()
     for group in yaml.safe_load(rules.read_text(encoding="utf-8"))["groups"]:
-        total = 0
+        measured = result.groups.setdefault(group["name"], GroupResult())
         for rule in group["rules"]:
             params = {"query": rule["expr"], "time": f"{at:.3f}", "stats": "all"}
             status, body = http_get(port, "/api/v1/query?" + urllib.parse.urlencode(params), timeout=120.0)
             if status == 200:
-                total += int(json.loads(body)["data"].get("stats", {}).get("samples", {})
-                             .get("totalQueryableSamples", 0))
-        result.groups.setdefault(group["name"], GroupResult()).samples_read = total
+                read = int(json.loads(body)["data"].get("stats", {}).get("samples", {})
+                           .get("totalQueryableSamples", 0))
+                name = rule.get("record") or rule["alert"]
+                measured.rule_samples_read[name] = measured.rule_samples_read.get(name, 0) + read
+        measured.samples_read = sum(measured.rule_samples_read.values())
 
 
 def dashboard_queries(port: int, log: Any = print) -> list[QueryResult]:
