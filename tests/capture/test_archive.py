@@ -132,6 +132,27 @@ def test_nothing_identifying_survives_and_the_rest_is_what_the_readers_read(tmp_
     assert f"Serial Number: {serial}" in kmsg and scenario["gpus"][0]["serial"] == serial
 
 
+def test_every_form_of_the_nodes_identifiers_is_redacted(tmp_path) -> None:
+    """Measured before (#30 item 3): each of these survived into the archive and the leak check passed."""
+    node = identified_node(str(tmp_path / "node"))
+    uuid = "11111111-2222-3333-4444-555555555555"  # GPU 0 of the scenario
+    forms = {
+        "short host name": "ip-10-20-30-40", "short host name, uppercase": "IP-10-20-30-40",
+        "MAC, dashed": "0A-3F-5C-21-7E-01", "MAC, bare": "0a3f5c217e01", "MAC, dotted": "0a3f.5c21.7e01",
+        "a peer's EC2 name": "ip-10-20-31-7", "a peer's MAC, dashed": "0a-3f-5c-99-88-77",
+        "UUID, lowercase prefix": f"gpu-{uuid}", "UUID, bare": uuid,
+        "serial without Serial Number:": "serial 1320921031911",
+    }
+    with open(node.settings["path.kmsg"], "a") as handle:
+        for n, text in enumerate(forms.values()):
+            handle.write(f"6,{3000 + n},9100000,-;NVRM: nvidia-peermem: {text} ok\n")
+    rendered = render(capture(node))
+    blob = b"\n".join(rendered.files.values()).lower()
+    for kind, text in forms.items():
+        assert text.lower().encode() not in blob, kind
+    assert b"1320921031911" not in blob and b"10-20-31-7" not in blob
+
+
 def test_a_value_left_unredacted_refuses_the_capture(tmp_path) -> None:
     node = identified_node(str(tmp_path / "node"))
     # a firmware string that happens to carry the host name: no rule redacts fw_ver, the final check must

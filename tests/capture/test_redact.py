@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from fleetscope.capture.redact import Redactor
 
 
@@ -37,3 +39,80 @@ def test_free_text_loses_addresses_names_and_identities() -> None:
     assert redactor.leaks(out) == [] and "hostname" in redactor.leaks(line)
     assert set(redactor.counts()) >= {"gpu_uuid", "gpu_serial", "hostname", "ipv4", "ipv6", "mac", "process"}
     assert "gpu" not in redactor.mapping().get("hostname", {}).values()  # too common to search for
+
+
+# -- every form an identifier is written in (#30 item 3) -----------------------------------------------
+
+MAC = "0a:3f:5c:21:7e:01"
+UUID = "11111111-2222-3333-4444-555555555555"
+SERIAL = "1654922000000"
+
+
+def protected() -> Redactor:
+    redactor = Redactor()
+    redactor.protect("hostname", ["trainer-node-7.cluster.example.com"])
+    redactor.protect("ipv4", ["10.20.30.40"])
+    redactor.protect("mac", [MAC])
+    redactor.gpu_uuid("GPU-" + UUID)
+    redactor.gpu_serial(SERIAL)
+    return redactor
+
+
+FORMS = {
+    "short host name": "host trainer-node-7 up",
+    "short host name, uppercase": "TRAINER-NODE-7: link up",
+    "host name, uppercase": "TRAINER-NODE-7.CLUSTER.EXAMPLE.COM",
+    "MAC, dashed": "mac 0A-3F-5C-21-7E-01",
+    "MAC, bare": "mac 0a3f5c217e01",
+    "MAC, bare uppercase": "mac 0A3F5C217E01",
+    "MAC, dotted": "mac 0a3f.5c21.7e01",
+    "address, dashed": "peer ip-10-20-30-40",
+    "UUID, lowercase prefix": "gpu-" + UUID,
+    "UUID, bare": "uuid " + UUID,
+    "UUID, uppercase": "GPU-" + UUID.upper(),
+    "serial, bare": "board 1654922000000 ok",
+    "serial, other label": "serial=1654922000000",
+}
+
+
+@pytest.mark.parametrize("text", FORMS.values(), ids=FORMS.keys())
+def test_the_nodes_identifiers_are_found_and_redacted_in_every_form(text: str) -> None:
+    """Measured before: each of these survived redaction and the leak check did not see it."""
+    redactor = protected()
+    assert redactor.leaks(text), "the leak check misses it"
+    out = redactor.text(text)
+    assert redactor.leaks(out) == [], out
+    assert out != text
+
+
+UNKNOWN = {
+    "peer's EC2 name beside its address": ("peer ip-10-1-2-3.ec2.internal at 10.1.2.3", ["10-1-2-3", "10.1.2.3"]),
+    "peer's MAC, dashed": ("neighbour 0a-3f-5c-99-88-77", ["0a-3f-5c-99-88-77"]),
+    "peer's MAC, dotted": ("neighbour 0a3f.5c99.8877", ["0a3f.5c99.8877"]),
+    "a UUID, lowercase prefix": ("gpu-22222222-3333-4444-5555-666666666666 fell off", ["22222222-3333"]),
+    "a UUID, bare": ("pod 22222222-3333-4444-5555-666666666666", ["22222222-3333"]),
+    "a serial, without Serial Number:": ("GPU serial 1320921031911 board", ["1320921031911"]),
+    "a serial, S/N": ("S/N: 1320921031911", ["1320921031911"]),
+}
+
+
+@pytest.mark.parametrize("text, originals", UNKNOWN.values(), ids=UNKNOWN.keys())
+def test_values_the_capture_meets_first_in_free_text_are_redacted_in_every_form(
+        text: str, originals: list[str]) -> None:
+    redactor = Redactor()
+    out = redactor.text(text)
+    for original in originals:
+        assert original.lower() not in out.lower(), out
+    assert redactor.leaks(text)  # and once met, found in any form
+
+
+def test_one_identifier_one_pseudonym_whatever_its_form() -> None:
+    redactor = protected()
+    colon = redactor.mac(MAC)
+    assert redactor.text("0a-3f-5c-21-7e-01") == colon.replace(":", "-")
+    assert redactor.text("0a3f.5c21.7e01") == colon.replace(":", "")[:4] + "." + colon.replace(":", "")[4:8] + \
+        "." + colon.replace(":", "")[8:]
+    gpu = redactor.gpu_uuid("GPU-" + UUID)
+    assert redactor.text("gpu-" + UUID) == "gpu-" + gpu[4:] and redactor.text(UUID) == gpu[4:]
+    dotted = redactor.ipv4("10.1.2.3")
+    assert redactor.text("ip-10-1-2-3.ec2.internal") == "ip-" + dotted.replace(".", "-") + ".ec2.internal"
