@@ -319,10 +319,10 @@ class NvmlSource:
             else:
                 scalars[key] = float(value)
 
-        def a(key: str, call: Callable[..., Any], *args: Any) -> Any:
+        def attempt(key: str, call: Callable[..., Any], *args: Any) -> Any:
             return self._attempt(index, key, call, handle, *args)
 
-        util = a("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        util = attempt("utilization", nvml.nvmlDeviceGetUtilizationRates)
         if util is not None:
             put("utilization", util.gpu)
             put("memory_utilization", util.memory)
@@ -341,15 +341,15 @@ class NvmlSource:
             ("temperature_v", lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)),
             ("temperature", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
         ))
-        put("slowdown_temperature", a("threshold_slowdown", nvml.nvmlDeviceGetTemperatureThreshold,
+        put("slowdown_temperature", attempt("threshold_slowdown", nvml.nvmlDeviceGetTemperatureThreshold,
                                       nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
-        put("shutdown_temperature", a("threshold_shutdown", nvml.nvmlDeviceGetTemperatureThreshold,
+        put("shutdown_temperature", attempt("threshold_shutdown", nvml.nvmlDeviceGetTemperatureThreshold,
                                       nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
-        put("power", a("power", nvml.nvmlDeviceGetPowerUsage))
-        put("power_limit", a("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit))
+        put("power", attempt("power", nvml.nvmlDeviceGetPowerUsage))
+        put("power_limit", attempt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit))
         for clock, clock_type in CLOCKS.items():
-            put("clock", a(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
-            put("clock_max", a(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
+            put("clock", attempt(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
+            put("clock_max", attempt(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
         reasons = self._first(
             index,
             ("clocks_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
@@ -367,9 +367,9 @@ class NvmlSource:
             ("fan_speed", nvml.nvmlDeviceGetFanSpeed),
         )
         for key, call in simple:
-            put(key, a(key, call))
-        put("pcie_throughput", a("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES), ("tx",))
-        put("pcie_throughput", a("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES), ("rx",))
+            put(key, attempt(key, call))
+        for way, counter in (("tx", nvml.NVML_PCIE_UTIL_TX_BYTES), ("rx", nvml.NVML_PCIE_UTIL_RX_BYTES)):
+            put("pcie_throughput", attempt(f"pcie_{way}", nvml.nvmlDeviceGetPcieThroughput, counter), (way,))
         self._read_fields(index, handle, put)
         processes = self._first(
             index,
