@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 
 import pytest
+import yaml
 
-from fleetscope.capture.nvml import FIELD_HOMES, capture_nvml
+from fleetscope.capture.nvml import capture_nvml
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
-from fleetscope.sources.nvml import FIELD_NVLINK_LINK_COUNT, SCALAR_FIELDS
-from fleetscope_sim.nvml_fake import install, installed, load_scenario, uninstall
+from fleetscope.sources.nvml import NvmlSource
+from fleetscope.sources.nvml_h import FIELDS, GPU_FIELDS, LINK_FIELDS
+from fleetscope_sim.nvml_fake import FakeNvml, install, installed, load_scenario, uninstall
 
 CODES = """base: h100_8x_healthy
 defaults:
@@ -38,9 +40,61 @@ def _capture(scenario: str, **kwargs: float) -> dict:
     return result.scenario
 
 
-def test_every_field_the_reader_reads_has_a_home_in_the_fake() -> None:
-    assert set(SCALAR_FIELDS) == set(FIELD_HOMES)
-    assert FIELD_NVLINK_LINK_COUNT not in FIELD_HOMES  # the link count is the length of nvlink_up
+def _field_values(fake: FakeNvml) -> dict[tuple[str, tuple[str, ...]], float]:
+    """What the reader makes of every field of the table on GPU 0: (value, labels) -> number."""
+    install(fake)
+    source = NvmlSource()
+    try:
+        gpu = next(sample for sample in source.read().samples if sample.identity.index == 0)
+    finally:
+        source.close()
+        uninstall()
+    found: dict[tuple[str, tuple[str, ...]], float] = {}
+    for field in FIELDS:
+        if field.value is None:
+            continue
+        if field.per_link:
+            for link in range(gpu.nvlink_links):
+                found[(field.value, (str(link), *field.labels))] = gpu.labelled[field.value][(str(link), *field.labels)]
+        elif field.labels:
+            found[(field.value, field.labels)] = gpu.labelled[field.value][field.labels]
+        else:
+            found[(field.value, ())] = gpu.scalars[field.value]
+    return found
+
+
+def test_every_field_of_the_table_is_read_captured_and_replayed(tmp_path) -> None:
+    """A value of its own in every field's home in the fake; the reader reads each one, the capture keeps
+    each one, and the replayed capture reads the same. A field the capture (or the fake) lacked would
+    replay as NOT_SUPPORTED and be missing here."""
+    fake = load_scenario("h100_8x_healthy")
+    gpu = fake.gpu(0)
+    gpu.set(nvlink_up=[True, False, True, True])
+    for number, field in enumerate(GPU_FIELDS, start=1001):
+        attr, key = field.home
+        if field.value is None:
+            continue
+        if key is None:
+            setattr(gpu, attr, number)
+        else:
+            getattr(gpu, attr)[key] = number
+    for number, field in enumerate(LINK_FIELDS, start=1):
+        attr, key = field.home
+        if key is not None:
+            getattr(gpu, attr)[key] = [number * 100 + link for link in range(len(gpu.nvlink_up))]
+    expected = _field_values(fake)
+    assert expected[("energy", ())] == 1009 and expected[("remapped_rows", ("correctable",))] == 1011
+    assert expected[("nvlink_up", ("1",))] == 0 and expected[("nvlink_errors", ("3", "crc"))] == 403
+    assert len(expected) == len(GPU_FIELDS) - 1 + 4 * len(LINK_FIELDS)
+
+    fake = load_scenario("h100_8x_healthy")
+    fake.gpus[0] = gpu
+    with installed(fake):
+        result = capture_nvml(timeout=2.0, gpm_interval=0.05, event_wait=0.05)
+    assert result.scenario is not None, result.error
+    path = tmp_path / "captured.yaml"
+    path.write_text(yaml.safe_dump(result.scenario))
+    assert _field_values(load_scenario(str(path))) == expected
 
 
 def test_the_capture_asks_everything_the_collector_asks(tmp_path) -> None:

@@ -18,37 +18,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope.sources.nvml import (
-    CLOCKS,
-    ECC_COUNTERS,
-    FIELD_NVLINK_LINK_COUNT,
-    FIELD_NVLINK_STATE,
-    GPM_METRICS,
-    NVLINK_ERROR_FIELDS,
-    WATCHED_EVENTS,
-)
+from fleetscope.sources.nvml import ECC_COUNTERS
 from fleetscope.sources.nvml_h import (
     ARCHITECTURES,
+    CLOCK_TYPES,
     ERROR_FUNCTION_NOT_FOUND,
     ERROR_GPU_IS_LOST,
     ERROR_NOT_SUPPORTED,
     ERROR_TIMEOUT,
     ERROR_UNKNOWN,
-    THROTTLE_FIELDS,
+    FI_DEV_NVLINK_GET_STATE,
+    FI_DEV_NVLINK_LINK_COUNT,
+    GPM_METRICS,
+    GPU_FIELDS,
+    LINK_FIELDS,
+    WATCHED_EVENTS,
     NvmlReturn,
 )
 
-# Field id -> where the fake keeps its value: (FakeGpu attribute, key within it or None).
-FIELD_HOMES: dict[int, tuple[str, str | None]] = {
-    3: ("ecc", "corrected_volatile"), 4: ("ecc", "uncorrected_volatile"),
-    5: ("ecc", "corrected_aggregate"), 6: ("ecc", "uncorrected_aggregate"),
-    29: ("retired_pages_sbe", None), 30: ("retired_pages_dbe", None), 31: ("retired_pages_pending", None),
-    82: ("memory_temperature", None), 83: ("energy_mj", None), 94: ("pcie_replays", None),
-    142: ("remapped_rows", "correctable"), 143: ("remapped_rows", "uncorrectable"),
-    144: ("remapped_rows", "pending"), 145: ("remapped_rows", "failure"),
-    230: ("recovery_action", None),
-    **{fid: ("throttle_ns", reason) for reason, fid in THROTTLE_FIELDS.items()},
-}
 SINGLE_VALUES = {  # C symbol -> FakeGpu attribute, for the getters that answer one integer
     "nvmlDeviceGetPowerUsage": "power_mw",
     "nvmlDeviceGetEnforcedPowerLimit": "power_limit_mw",
@@ -291,7 +278,7 @@ def _probe(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
                              threshold))
     for symbol, attr in SINGLE_VALUES.items():
         record.one(attr, ask(symbol, getattr(nvml, symbol), handle))
-    for clock, clock_type in CLOCKS.items():
+    for clock, clock_type in CLOCK_TYPES.items():
         for attr, symbol in (("clocks_mhz", "nvmlDeviceGetClockInfo"), ("max_clocks_mhz", "nvmlDeviceGetMaxClockInfo")):
             reply = ask(symbol, getattr(nvml, symbol), handle, clock_type)
             record.keyed(attr, clock, int(reply.value) if reply.ok else status_name(reply))
@@ -358,7 +345,7 @@ def _field_replies(nvml: Any, ask: Asker, record: GpuRecord, handle: Any,
 
 
 def _fields(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
-    fields = _field_replies(nvml, ask, record, handle, [*FIELD_HOMES, FIELD_NVLINK_LINK_COUNT])
+    fields = _field_replies(nvml, ask, record, handle, [entry.id for entry in GPU_FIELDS])
     fallbacks: dict[tuple[str, str | None], tuple[str, Reply]] = {
         ("energy_mj", None): ("nvmlDeviceGetTotalEnergyConsumption",
                               ask("nvmlDeviceGetTotalEnergyConsumption", nvml.nvmlDeviceGetTotalEnergyConsumption,
@@ -374,33 +361,39 @@ def _fields(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
     for position, row in enumerate(("correctable", "uncorrectable", "pending", "failure")):
         fallbacks[("remapped_rows", row)] = (
             "nvmlDeviceGetRemappedRows", Reply(rows.value[position]) if rows.ok else rows)
-    for field_id, (attr, key) in FIELD_HOMES.items():
-        answers: list[tuple[str, Reply | None]] = [(f"field:{field_id}", fields.get((field_id, 0)))]
-        if (attr, key) in fallbacks:
-            answers.append(fallbacks[(attr, key)])
+    for entry in GPU_FIELDS:
+        if entry.value is None:
+            continue  # the link count: the fake answers it as the length of nvlink_up
+        answers: list[tuple[str, Reply | None]] = [(f"field:{entry.id}", fields.get((entry.id, 0)))]
+        if entry.home in fallbacks:
+            answers.append(fallbacks[entry.home])
         value = record.settle(answers)
+        attr, key = entry.home
         if key is None:
             record.fields[attr] = value
         else:
             record.keyed(attr, key, value)
-    links_reply = fields.get((FIELD_NVLINK_LINK_COUNT, 0))
+    links_reply = fields.get((FI_DEV_NVLINK_LINK_COUNT, 0))
     links = int(links_reply.value) if links_reply is not None and links_reply.ok else 0
     if links_reply is not None and not links_reply.ok and links_reply.code != ERROR_NOT_SUPPORTED:
-        record.errors[f"field:{FIELD_NVLINK_LINK_COUNT}"] = status_name(links_reply)
-    link_ids = [(fid, link) for link in range(links) for fid in (FIELD_NVLINK_STATE, *NVLINK_ERROR_FIELDS)]
+        record.errors[f"field:{FI_DEV_NVLINK_LINK_COUNT}"] = status_name(links_reply)
+    link_ids = [(entry.id, link) for link in range(links) for entry in LINK_FIELDS]
     per_link = _field_replies(nvml, ask, record, handle, link_ids) if links else {}
-    up: list[Any] = []
-    errors: dict[str, list[Any]] = {kind: [] for kind in NVLINK_ERROR_FIELDS.values()}
+    for entry in LINK_FIELDS:
+        record.fields.setdefault(entry.home[0], [] if entry.home[1] is None else {})
+        if entry.home[1] is not None:
+            record.keyed(entry.home[0], entry.home[1], [])
     for link in range(links):
-        state = record.settle([
-            (f"field:{FIELD_NVLINK_STATE}", per_link.get((FIELD_NVLINK_STATE, link))),
-            ("nvmlDeviceGetNvLinkState", ask("nvmlDeviceGetNvLinkState", nvml.nvmlDeviceGetNvLinkState, handle, link)),
-        ], convert=lambda v: bool(int(v)))
-        up.append(state)
-        for field_id, kind in NVLINK_ERROR_FIELDS.items():
-            errors[kind].append(record.settle([(f"field:{field_id}", per_link.get((field_id, link)))]))
-    record.fields["nvlink_up"] = up
-    record.fields["nvlink_errors"] = errors
+        for entry in LINK_FIELDS:
+            answers = [(f"field:{entry.id}", per_link.get((entry.id, link)))]
+            if entry.id == FI_DEV_NVLINK_GET_STATE:
+                answers.append(("nvmlDeviceGetNvLinkState",
+                                ask("nvmlDeviceGetNvLinkState", nvml.nvmlDeviceGetNvLinkState, handle, link)))
+                value = record.settle(answers, convert=lambda v: bool(int(v)))
+            else:
+                value = record.settle(answers)
+            attr, key = entry.home
+            (record.fields[attr] if key is None else record.fields[attr][key]).append(value)
 
 
 def _gpm_start(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> Any:

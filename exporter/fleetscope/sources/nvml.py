@@ -29,6 +29,22 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from fleetscope.errors import NoHardware
+from fleetscope.sources.nvml_h import (
+    ARCHITECTURES,
+    CLOCK_TYPES,
+    EVENT_XID,
+    FI_DEV_ECC_SBE_VOL_TOTAL,
+    FI_DEV_NVLINK_GET_STATE,
+    FI_DEV_NVLINK_LINK_COUNT,
+    FI_DEV_PCIE_REPLAY_COUNTER,
+    FI_DEV_REMAPPED_COR,
+    FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    GPM_METRICS,
+    GPU_FIELDS,
+    LINK_FIELDS,
+    THROTTLE_BITS,
+    WATCHED_EVENTS,
+)
 from fleetscope.sources.xid import PciAddress, XidSighting
 
 logger = logging.getLogger("fleetscope.sources.nvml")
@@ -44,46 +60,9 @@ NvmlValue = Literal[
     "sm_active", "sm_occupancy", "tensor_active", "dram_active",
 ]
 
-# Field ids (nvml.h) read in one batch: the value (+ its extra labels) per id.
-SCALAR_FIELDS: dict[int, tuple[NvmlValue, tuple[str, ...]]] = {
-    3: ("ecc_errors", ("corrected", "volatile")),
-    4: ("ecc_errors", ("uncorrected", "volatile")),
-    5: ("ecc_errors", ("corrected", "aggregate")),
-    6: ("ecc_errors", ("uncorrected", "aggregate")),
-    29: ("retired_pages", ("single_bit",)),
-    30: ("retired_pages", ("double_bit",)),
-    31: ("retired_pages_pending", ()),
-    82: ("memory_temperature", ()),
-    83: ("energy", ()),
-    94: ("pcie_replays", ()),
-    142: ("remapped_rows", ("correctable",)),
-    143: ("remapped_rows", ("uncorrectable",)),
-    144: ("row_remap_pending", ()),
-    145: ("row_remap_failed", ()),
-    74: ("throttle_seconds", ("sw_power_cap",)),
-    76: ("throttle_seconds", ("sync_boost",)),
-    269: ("throttle_seconds", ("sw_thermal",)),
-    270: ("throttle_seconds", ("hw_thermal",)),
-    271: ("throttle_seconds", ("hw_power_brake",)),
-    230: ("recovery_action", ()),
-}
 # (error_type, counter_type) -> nvmlDeviceGetTotalEccErrors arguments, when field values are unavailable.
 ECC_COUNTERS = {("corrected", "volatile"): (0, 0), ("uncorrected", "volatile"): (1, 0),
                 ("corrected", "aggregate"): (0, 1), ("uncorrected", "aggregate"): (1, 1)}
-FIELD_NVLINK_LINK_COUNT = 91
-FIELD_NVLINK_STATE = 165
-NVLINK_ERROR_FIELDS = {161: "replay", 162: "recovery", 163: "crc"}
-THROTTLE_REASONS = {
-    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
-    "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
-}
-CLOCKS = {"graphics": 0, "sm": 1, "memory": 2}
-GPM_METRICS: dict[int, NvmlValue] = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
-ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",
-                 9: "hopper", 10: "blackwell"}
-# Error events worth a watch besides Xid: ECC, retirement, unavailability, recovery action.
-WATCHED_EVENTS = 0x1 | 0x2 | 0x8 | 0x200 | 0x400 | 0x800 | 0x4000 | 0x8000
-EVENT_XID = 0x8
 EVENT_WAIT_MS = 500
 
 
@@ -347,7 +326,7 @@ class NvmlSource:
                                       nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
         put("power", attempt("power", nvml.nvmlDeviceGetPowerUsage))
         put("power_limit", attempt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit))
-        for clock, clock_type in CLOCKS.items():
+        for clock, clock_type in CLOCK_TYPES.items():
             put("clock", attempt(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
             put("clock_max", attempt(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
         reasons = self._first(
@@ -356,7 +335,7 @@ class NvmlSource:
             ("clocks_throttle_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)),
         )
         if reasons is not None:
-            for reason, bit in THROTTLE_REASONS.items():
+            for reason, bit in THROTTLE_BITS.items():
                 put("throttle_active", 1 if int(reasons) & bit else 0, (reason,))
         simple: tuple[tuple[NvmlValue, Callable[..., Any]], ...] = (
             ("pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
@@ -403,39 +382,42 @@ class NvmlSource:
 
     def _read_fields(self, index: int, handle: Any, put: Put) -> None:
         nvml = self._nvml
-        fields = self._field_values(index, handle, [*SCALAR_FIELDS, FIELD_NVLINK_LINK_COUNT])
+        fields = self._field_values(index, handle, [entry.id for entry in GPU_FIELDS])
         if fields is None:
-            fields = {}  # a driver without field values: the per-call fallbacks below still answer
-        for field_id, (key, labels) in SCALAR_FIELDS.items():
-            put(key, fields.get((field_id, 0)), labels)
-        if (83, 0) not in fields:
+            fields = {}  # a driver without entry values: the per-call fallbacks below still answer
+        for entry in GPU_FIELDS:
+            if entry.value is not None:
+                put(entry.value, fields.get((entry.id, 0)), entry.labels)
+        if (FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0) not in fields:
             put("energy", self._attempt(index, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle))
-        if (3, 0) not in fields:
+        if (FI_DEV_ECC_SBE_VOL_TOTAL, 0) not in fields:
             for (error, counter), args in ECC_COUNTERS.items():
                 put("ecc_errors", self._attempt(index, f"ecc_{error}_{counter}", nvml.nvmlDeviceGetTotalEccErrors,
                                                 handle, *args), (error, counter))
-        if (94, 0) not in fields:
+        if (FI_DEV_PCIE_REPLAY_COUNTER, 0) not in fields:
             put("pcie_replays", self._attempt(index, "pcie_replays", nvml.nvmlDeviceGetPcieReplayCounter, handle))
-        if (142, 0) not in fields:
+        if (FI_DEV_REMAPPED_COR, 0) not in fields:
             rows = self._attempt(index, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, handle)
             if rows is not None:
                 put("remapped_rows", rows[0], ("correctable",))
                 put("remapped_rows", rows[1], ("uncorrectable",))
                 put("row_remap_pending", rows[2])
                 put("row_remap_failed", rows[3])
-        links = int(fields.get((FIELD_NVLINK_LINK_COUNT, 0), 0))
+        links = int(fields.get((FI_DEV_NVLINK_LINK_COUNT, 0), 0))
         if not links:
             return
         self._nvlink_links[index] = links
-        per_link = [(fid, link) for link in range(links) for fid in (FIELD_NVLINK_STATE, *NVLINK_ERROR_FIELDS)]
+        per_link = [(entry.id, link) for link in range(links) for entry in LINK_FIELDS]
         link_fields = self._field_values(index, handle, per_link) or {}
         for link in range(links):
-            state = link_fields.get((FIELD_NVLINK_STATE, link))
-            if state is None:
-                state = self._attempt(index, "nvlink_state", nvml.nvmlDeviceGetNvLinkState, handle, link)
-            put("nvlink_up", None if state is None else (1 if state else 0), (str(link),))
-            for field_id, error in NVLINK_ERROR_FIELDS.items():
-                put("nvlink_errors", link_fields.get((field_id, link)), (str(link), error))
+            for entry in LINK_FIELDS:
+                value = link_fields.get((entry.id, link))
+                if entry.id == FI_DEV_NVLINK_GET_STATE:
+                    if value is None:
+                        value = self._attempt(index, "nvlink_state", nvml.nvmlDeviceGetNvLinkState, handle, link)
+                    value = None if value is None else (1 if value else 0)
+                if entry.value is not None:
+                    put(entry.value, value, (str(link), *entry.labels))
 
     def _read_gpm(self, index: int, handle: Any, put: Put) -> None:
         nvml = self._nvml

@@ -1,15 +1,24 @@
-"""The facts of ``nvml.h`` fleetscope relies on, in one place: return codes, event and clocks-event bits,
-clock types, GPM metric ids, architecture numbers.
+"""The facts of ``nvml.h`` fleetscope relies on, in one place: return codes, field ids and the one field
+table, event and clocks-event bits, clock types, GPM metric ids, architecture numbers.
 
 The reader (:mod:`fleetscope.sources.nvml`), ``fleetscope capture`` (:mod:`fleetscope.capture.nvml`) and
 the NVML fake of the simulator distribution (``fleetscope_sim.nvml_fake``) all read these tables; none of
-them defines an NVML number of its own. Names follow ``nvml.h`` (``NVML_ERROR_NOT_SUPPORTED``,
-``nvmlClocksEventReasonHwSlowdown``...), values are the header's.
+them spells an NVML number of its own. Names are the header's without its ``NVML_`` prefix
+(``ERROR_NOT_SUPPORTED``, ``FI_DEV_REMAPPED_COR``), values are the header's; ``tests/sources/test_nvml_h.py``
+checks every one against the ``nvidia-ml-py`` binding, which mirrors the header.
+
+:data:`FIELDS` is the field table: per field id, the reading value it becomes (with its extra labels)
+and where the fake keeps it. The reader asks for exactly these ids, the capture records exactly these,
+the fake answers exactly these, so a field added here is read, captured and replayed, or a test fails.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the reader's value names; the reader imports this module
+    from fleetscope.sources.nvml import NvmlValue
 
 # nvmlReturn_t codes
 SUCCESS = 0
@@ -83,6 +92,90 @@ class NvmlReturn:
         return self.name
 
 
+# Field ids (nvmlFieldValue_t.fieldId): NVML_FI_DEV_*
+FI_DEV_ECC_SBE_VOL_TOTAL = 3
+FI_DEV_ECC_DBE_VOL_TOTAL = 4
+FI_DEV_ECC_SBE_AGG_TOTAL = 5
+FI_DEV_ECC_DBE_AGG_TOTAL = 6
+FI_DEV_RETIRED_SBE = 29
+FI_DEV_RETIRED_DBE = 30
+FI_DEV_RETIRED_PENDING = 31
+FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74  # was NVML_FI_DEV_PERF_POLICY_POWER
+FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76  # was NVML_FI_DEV_PERF_POLICY_SYNC_BOOST
+FI_DEV_MEMORY_TEMP = 82
+FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+FI_DEV_NVLINK_LINK_COUNT = 91
+FI_DEV_PCIE_REPLAY_COUNTER = 94
+FI_DEV_REMAPPED_COR = 142
+FI_DEV_REMAPPED_UNC = 143
+FI_DEV_REMAPPED_PENDING = 144
+FI_DEV_REMAPPED_FAILURE = 145
+FI_DEV_NVLINK_ERROR_DL_REPLAY = 161
+FI_DEV_NVLINK_ERROR_DL_RECOVERY = 162
+FI_DEV_NVLINK_ERROR_DL_CRC = 163
+FI_DEV_NVLINK_GET_STATE = 165
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
+FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
+FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field fleetscope reads with ``nvmlDeviceGetFieldValues``.
+
+    ``value`` and ``labels``: what the reader makes of it (None: it steers the read, like the link
+    count). ``home``: where the NVML fake keeps it, a ``FakeGpu`` attribute and the key within it
+    (None: the attribute itself); the capture writes the answer there. ``per_link``: scoped by NVLink
+    (``scopeId`` is the link), asked once per link the GPU has.
+    """
+
+    id: int
+    value: NvmlValue | None
+    labels: tuple[str, ...]
+    home: tuple[str, str | None]
+    per_link: bool = False
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(FI_DEV_ECC_SBE_VOL_TOTAL, "ecc_errors", ("corrected", "volatile"), ("ecc", "corrected_volatile")),
+    Field(FI_DEV_ECC_DBE_VOL_TOTAL, "ecc_errors", ("uncorrected", "volatile"), ("ecc", "uncorrected_volatile")),
+    Field(FI_DEV_ECC_SBE_AGG_TOTAL, "ecc_errors", ("corrected", "aggregate"), ("ecc", "corrected_aggregate")),
+    Field(FI_DEV_ECC_DBE_AGG_TOTAL, "ecc_errors", ("uncorrected", "aggregate"), ("ecc", "uncorrected_aggregate")),
+    Field(FI_DEV_RETIRED_SBE, "retired_pages", ("single_bit",), ("retired_pages_sbe", None)),
+    Field(FI_DEV_RETIRED_DBE, "retired_pages", ("double_bit",), ("retired_pages_dbe", None)),
+    Field(FI_DEV_RETIRED_PENDING, "retired_pages_pending", (), ("retired_pages_pending", None)),
+    Field(FI_DEV_MEMORY_TEMP, "memory_temperature", (), ("memory_temperature", None)),
+    Field(FI_DEV_TOTAL_ENERGY_CONSUMPTION, "energy", (), ("energy_mj", None)),
+    Field(FI_DEV_PCIE_REPLAY_COUNTER, "pcie_replays", (), ("pcie_replays", None)),
+    Field(FI_DEV_REMAPPED_COR, "remapped_rows", ("correctable",), ("remapped_rows", "correctable")),
+    Field(FI_DEV_REMAPPED_UNC, "remapped_rows", ("uncorrectable",), ("remapped_rows", "uncorrectable")),
+    Field(FI_DEV_REMAPPED_PENDING, "row_remap_pending", (), ("remapped_rows", "pending")),
+    Field(FI_DEV_REMAPPED_FAILURE, "row_remap_failed", (), ("remapped_rows", "failure")),
+    # throttle durations (ns), labelled by the reason of THROTTLE_BITS
+    Field(FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, "throttle_seconds", ("sw_power_cap",),
+          ("throttle_ns", "sw_power_cap")),
+    Field(FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, "throttle_seconds", ("sync_boost",), ("throttle_ns", "sync_boost")),
+    Field(FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, "throttle_seconds", ("sw_thermal",),
+          ("throttle_ns", "sw_thermal")),
+    Field(FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, "throttle_seconds", ("hw_thermal",),
+          ("throttle_ns", "hw_thermal")),
+    Field(FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, "throttle_seconds", ("hw_power_brake",),
+          ("throttle_ns", "hw_power_brake")),
+    Field(FI_DEV_GET_GPU_RECOVERY_ACTION, "recovery_action", (), ("recovery_action", None)),
+    # NVLink: the link count says how many links the per-link fields are asked for
+    Field(FI_DEV_NVLINK_LINK_COUNT, None, (), ("nvlink_up", None)),
+    Field(FI_DEV_NVLINK_GET_STATE, "nvlink_up", (), ("nvlink_up", None), per_link=True),
+    Field(FI_DEV_NVLINK_ERROR_DL_REPLAY, "nvlink_errors", ("replay",), ("nvlink_errors", "replay"), per_link=True),
+    Field(FI_DEV_NVLINK_ERROR_DL_RECOVERY, "nvlink_errors", ("recovery",), ("nvlink_errors", "recovery"),
+          per_link=True),
+    Field(FI_DEV_NVLINK_ERROR_DL_CRC, "nvlink_errors", ("crc",), ("nvlink_errors", "crc"), per_link=True),
+)
+FIELDS_BY_ID = {field.id: field for field in FIELDS}
+# Asked in the first batch, per GPU (the link count among them); the per-link ones follow per link.
+GPU_FIELDS = tuple(field for field in FIELDS if not field.per_link)
+LINK_FIELDS = tuple(field for field in FIELDS if field.per_link)
+
 # nvmlEventType* bits
 EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
@@ -92,20 +185,23 @@ EVENT_DRAM_RETIREMENT = 0x400
 EVENT_DRAM_RETIREMENT_FAILURE = 0x800
 EVENT_GPU_UNAVAILABLE = 0x4000
 EVENT_RECOVERY_ACTION = 0x8000
+# The error events worth a watch besides Xid: ECC, retirement, unavailability, recovery action.
+WATCHED_EVENTS = (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID | EVENT_SINGLE_BIT_ECC_STORM
+                  | EVENT_DRAM_RETIREMENT | EVENT_DRAM_RETIREMENT_FAILURE | EVENT_GPU_UNAVAILABLE
+                  | EVENT_RECOVERY_ACTION)
 
 # nvmlClocksEventReason* bits (the older name: nvmlClocksThrottleReason*), by the reason label fleetscope uses.
 THROTTLE_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
     "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80, "display_clocks": 0x100,
 }
-# Throttle-duration fields (ns): reason -> NVML_FI_DEV_CLOCKS_EVENT_REASON_* / PERF_POLICY_* id.
-THROTTLE_FIELDS = {"sw_power_cap": 74, "sync_boost": 76, "sw_thermal": 269, "hw_thermal": 270, "hw_power_brake": 271}
 
 # nvmlClockType_t
 CLOCK_TYPES = {"graphics": 0, "sm": 1, "memory": 2}
 
-# nvmlGpmMetricId_t: the ratios the GPU collector reads (percent over the interval between two samples).
-GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+# nvmlGpmMetricId_t -> the reading's value: the ratios the GPU collector reads (percent over the interval
+# between two samples): NVML_GPM_METRIC_SM_UTIL, _SM_OCCUPANCY, _ANY_TENSOR_UTIL, _DRAM_BW_UTIL.
+GPM_METRICS: dict[int, NvmlValue] = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
 
 # nvmlDeviceArchitecture_t (NVML_DEVICE_ARCH_*)
 ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",

@@ -47,17 +47,22 @@ from fleetscope.sources.nvml_h import (
     EVENT_DRAM_RETIREMENT_FAILURE,
     EVENT_SINGLE_BIT_ECC,
     EVENT_XID,
+    FI_DEV_NVLINK_GET_STATE,
+    FI_DEV_NVLINK_LINK_COUNT,
+    FIELDS,
+    FIELDS_BY_ID,
     GPM_METRICS,
     RETURN_CODES,
     SUCCESS,
     THROTTLE_BITS,
-    THROTTLE_FIELDS,
     NvmlReturn,
 )
 
 NOT_SUPPORTED = NvmlReturn(ERROR_NOT_SUPPORTED)
 Answer = int | NvmlReturn | None  # a value, a return code, or None for NOT_SUPPORTED
 CLOCK_NAMES = {number: name for name, number in CLOCK_TYPES.items()}
+# The reasons whose throttle duration is a field (the keys of FakeGpu.throttle_ns).
+THROTTLED_REASONS = tuple(key for field in FIELDS if field.home[0] == "throttle_ns" for key in field.home[1:] if key)
 
 HANDLE_BASE = 0x7F0000001000
 SET_BASE = 0x7F0000800000
@@ -103,7 +108,7 @@ class FakeGpu:
     clocks_mhz: dict[str, Answer] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
     max_clocks_mhz: dict[str, Answer] = field(default_factory=lambda: {"sm": 1980, "memory": 2619, "graphics": 1980})
     throttle_reasons: Answer = 0
-    throttle_ns: dict[str, Answer] = field(default_factory=lambda: _zeros(*THROTTLE_FIELDS))
+    throttle_ns: dict[str, Answer] = field(default_factory=lambda: _zeros(*THROTTLED_REASONS))
     ecc: dict[str, Answer] | NvmlReturn | None = field(default_factory=lambda: _zeros(
         "corrected_volatile", "uncorrected_volatile", "corrected_aggregate", "uncorrected_aggregate"))
     retired_pages_sbe: Answer = 0
@@ -623,32 +628,31 @@ class FakeNvml:
     # -- batched field values --------------------------------------------------------------------
 
     def _field(self, gpu: FakeGpu, field_id: int, scope: int) -> tuple[int, Any]:
-        """(value type, value) of one field; raises :class:`Refused` with the code it answers instead."""
+        """(value type, value) of one field, read from where the field table says the GPU keeps it;
+        raises :class:`Refused` with the code it answers instead."""
         if field_id > self.max_field_id:
             raise Refused(ERROR_NOT_SUPPORTED)
         if f"field:{field_id}" in gpu.errors:
             raise Refused(gpu.errors[f"field:{field_id}"].code)
-        rows = None if gpu.mig_mode == 1 else gpu.remapped_rows
-        simple: dict[int, Any] = {
-            3: _entry(gpu.ecc, "corrected_volatile"), 4: _entry(gpu.ecc, "uncorrected_volatile"),
-            5: _entry(gpu.ecc, "corrected_aggregate"), 6: _entry(gpu.ecc, "uncorrected_aggregate"),
-            29: gpu.retired_pages_sbe, 30: gpu.retired_pages_dbe, 31: gpu.retired_pages_pending,
-            82: gpu.memory_temperature, 83: gpu.energy_mj, 91: len(gpu.nvlink_up) or None,
-            94: gpu.pcie_replays, 230: gpu.recovery_action,
-            142: _entry(rows, "correctable"), 143: _entry(rows, "uncorrectable"), 144: _entry(rows, "pending"),
-            145: _entry(rows, "failure"),
-        }
-        for reason, fid in THROTTLE_FIELDS.items():
-            simple[fid] = _entry(gpu.throttle_ns, reason)
+        known = FIELDS_BY_ID.get(field_id)
         value: Any = None
         value_type = VALUE_TYPE_ULL
-        per_link = {161: "replay", 162: "recovery", 163: "crc"}
-        if field_id in simple:
-            value = simple[field_id]
-        elif field_id in per_link and 0 <= scope < len(gpu.nvlink_up):
-            value = gpu.nvlink_errors[per_link[field_id]][scope]
-        elif field_id == 165 and 0 <= scope < len(gpu.nvlink_up):
-            value, value_type = _link_state(gpu.nvlink_up[scope]), VALUE_TYPE_UINT
+        if known is None:
+            pass
+        elif field_id == FI_DEV_NVLINK_LINK_COUNT:
+            value = len(gpu.nvlink_up) or None
+        elif known.per_link:
+            if 0 <= scope < len(gpu.nvlink_up):
+                attr, key = known.home
+                per_link: Any = getattr(gpu, attr) if key is None else getattr(gpu, attr)[key]
+                value = per_link[scope]
+                if field_id == FI_DEV_NVLINK_GET_STATE:
+                    value, value_type = _link_state(value), VALUE_TYPE_UINT
+        else:
+            attr, key = known.home
+            # nvml.h: row remapping is not supported on MIG-enabled GPUs, its fields neither
+            state = None if attr == "remapped_rows" and gpu.mig_mode == 1 else getattr(gpu, attr)
+            value = state if key is None else _entry(state, key)
         if value is None:
             raise Refused(ERROR_NOT_SUPPORTED)
         if isinstance(value, NvmlReturn):
