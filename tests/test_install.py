@@ -112,7 +112,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     seconds: dict[str, float] = {}
     started = time.monotonic()
     _run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", base / "sim-dist", ROOT / "sim"])
+    # sdist first, the wheel from it (as for the product): no build/ left in the checkout's sim/
+    _run([sys.executable, "-m", "build", "--outdir", base / "sim-dist", ROOT / "sim"])
     seconds["build"] = time.monotonic() - started
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
