@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -10,11 +11,12 @@ import time
 
 import pytest
 
-from fleetscope.check import CLOSE_GRACE, run_check
+from fleetscope.check import CLOSE_GRACE, Checker, run_check, summary, write_verdicts
 from fleetscope.cli import main
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
 from fleetscope.health import EXIT_UNKNOWN, Finding
+from fleetscope.verdicts import CONDITIONS
 from fleetscope_sim.nvml_fake import install, load_scenario, uninstall, write_sysfs
 from tests.conftest import ROOT
 
@@ -142,3 +144,157 @@ def test_hanging_nvml_call_check_answers_unknown(tmp_path) -> None:
     finally:
         fake.release()
         uninstall()
+
+
+# -- one node condition, as node-problem-detector runs it ---------------------------------------------
+
+
+@pytest.fixture
+def gpu_node(tmp_path):
+    """Flags for a node with the p5 EFA tree and an NVML fake's GPUs on the same sysfs; yields (flags, make)."""
+    installed: list = []
+
+    def make(scenario: str = "h100_8x_healthy", kmsg: str = "") -> tuple[list[str], object]:
+        sysfs = tmp_path / "sys"
+        shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "p5", "sys"), sysfs, symlinks=True)
+        fake = load_scenario(scenario)
+        write_sysfs(fake, str(sysfs))
+        (tmp_path / "proc").mkdir()
+        (tmp_path / "proc" / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+        (tmp_path / "kmsg").write_text(kmsg)
+        install(fake)
+        installed.append(fake)
+        flags = ["--path.sysfs", str(sysfs), "--path.procfs", str(tmp_path / "proc"),
+                 "--path.kmsg", str(tmp_path / "kmsg"), "--gpu.jobs-dir", str(tmp_path / "jobs")]
+        return flags, fake
+
+    yield make
+    for fake in installed:
+        if hasattr(fake, "release"):
+            fake.release()
+    uninstall()
+
+
+def condition(capsys, name: str, *flags: str) -> tuple[int, str, str]:
+    code = main(["check", "--condition", name, *flags])
+    captured = capsys.readouterr()
+    assert captured.out.count("\n") == 1, "a condition's verdict is exactly one line"
+    line = captured.out.rstrip("\n")
+    assert len(line.encode()) <= 80 and line.isascii(), line
+    return code, line, captured.err
+
+
+def test_gpu_condition_healthy_node(gpu_node, capsys) -> None:
+    flags, _ = gpu_node()
+    assert condition(capsys, "gpu", *flags, "--gpu.expected-count", "8")[:2] == (0, "healthy")
+
+
+def test_gpu_condition_names_the_fault_in_its_one_line(gpu_node, capsys) -> None:
+    flags, _ = gpu_node("lost_gpu")
+    code, line, err = condition(capsys, "gpu", *flags)
+    assert (code, line) == (1, "gpu 3: lost (NVML: GPU is lost; fallen off the bus?)")
+    assert "UNHEALTHY gpu: gpu 3: lost" in err
+
+
+def test_gpu_condition_counts_the_other_faults(gpu_node, capsys) -> None:
+    flags, fake = gpu_node()
+    fake.gpu(2).set(ecc={"uncorrected_volatile": 4}, remapped_rows={"pending": 1})
+    code, line, err = condition(capsys, "gpu", *flags, "--gpu.expected-count", "9")
+    assert (code, line) == (1, "8 of 9 expected GPUs on the PCI bus (+3 more)")
+    assert sum(row.startswith("UNHEALTHY gpu:") for row in err.splitlines()) == 4
+
+
+def test_gpu_condition_reports_a_recent_fatal_xid(gpu_node, capsys) -> None:
+    usec = int((time.time() - 1_700_000_000) * 1e6)
+    xid = f"4,2,{usec},-;NVRM: Xid (PCI:0000:ca:00): 79, pid=1, name=p, GPU has fallen off the bus.\n"
+    flags, _ = gpu_node(kmsg=xid)
+    code, line, _ = condition(capsys, "gpu", *flags, "--gpu.kmsg")
+    assert code == 1 and line.startswith("gpu 7: Xid 79 (") and line.endswith("x1 in the last 3600s")
+
+
+def test_efa_condition(capsys) -> None:
+    fixtures = os.path.join(ROOT, "tests", "fixtures")
+    assert condition(capsys, "efa", "--path.sysfs", f"{fixtures}/p4d/sys")[:2] == (0, "healthy")
+    assert condition(capsys, "efa", "--path.sysfs", f"{fixtures}/p4d/sys", "--efa.expected-count", "32")[:2] == (
+        1, "4 EFA devices found, 32 expected")
+    code, line, err = condition(capsys, "efa", "--path.sysfs", f"{fixtures}/malformed/sys")
+    assert (code, line) == (1, "efa rdmap160s27: port 1 is DOWN, not ACTIVE (+1 more)")
+    assert "UNKNOWN efa: efa rdmap144s27: no hw_counters directory" in err
+
+
+def test_each_condition_reports_only_its_own_findings(gpu_node, capsys) -> None:
+    flags, _ = gpu_node("lost_gpu")
+    assert condition(capsys, "efa", *flags)[:2] == (0, "healthy")
+    assert condition(capsys, "gpu", *flags)[0] == 1
+
+
+def test_training_condition_without_prometheus_is_could_not_tell(capsys) -> None:
+    assert condition(capsys, "training")[:2] == (EXIT_UNKNOWN, "could not tell: check.prometheus-url is not set")
+
+
+def test_disabled_collector_condition_is_could_not_tell(capsys) -> None:
+    expected = (EXIT_UNKNOWN, "could not tell: gpu: collector disabled")
+    assert condition(capsys, "gpu", "--no-collector.gpu")[:2] == expected
+
+
+def test_gpu_condition_answers_within_the_plugin_timeout_when_nvml_hangs(gpu_node, capsys) -> None:
+    flags, _ = gpu_node("hanging_call")
+    started = time.monotonic()
+    code, line, _ = condition(capsys, "gpu", *flags)
+    took = time.monotonic() - started
+    assert (code, line) == (EXIT_UNKNOWN, "could not tell: gpu: no answer within 3s")
+    assert took < 5, f"node-problem-detector kills a plugin after 5 s; this one took {took:.1f}s"
+
+
+def test_configuration_error_in_condition_mode_is_one_line(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("FLEETSCOPE_CHECK_BREAKER_PERCENT", "lots")
+    code, line, err = condition(capsys, "training")
+    assert code == EXIT_UNKNOWN and line.startswith("could not tell: configuration error: environment")
+    assert "FLEETSCOPE_CHECK_BREAKER_PERCENT" in err
+
+
+@pytest.mark.parametrize("findings, code, expected", [
+    ([], 0, "healthy"),
+    ([Finding("efa", "unhealthy", "node", "4 EFA devices found, 32 expected")], 1, "4 EFA devices found, 32 expected"),
+    ([Finding("gpu", "unknown", "collector", "no answer within 3s"),
+      Finding("gpu", "unhealthy", "gpu 1", "row remapping failed")], 1, "gpu 1: row remapping failed"),
+    ([Finding("gpu", "unknown", "collector", "no answer within 3s")], 2, "could not tell: gpu: no answer within 3s"),
+    ([Finding("training", "unhealthy", "", "straggler: rank 3, GPU throttled, job " + "très-long-" * 9)]
+     + [Finding("training", "unhealthy", "", "x")] * 11, 1,
+     "straggler: rank 3, GPU throttled, job tr?s-long-tr?s-long-tr?s-lon... (+11 more)"),
+])
+def test_summary_is_one_ascii_line_of_at_most_80_characters(findings, code, expected) -> None:
+    assert summary(findings, code) == expected
+    assert len(expected) <= 80
+
+
+def test_a_collector_stuck_across_rounds_is_asked_once_and_comes_back() -> None:
+    stuck = Stuck()
+    checker = Checker({"gpu": stuck, "ok": Healthy()})
+    threads = threading.active_count()
+    try:
+        for round_ in range(3):
+            checker.start()
+            findings = checker.finish(time.monotonic() + 0.2, 0.2)
+            assert [(f.collector, f.severity) for f in findings] == [("gpu", "unknown")]
+            assert findings[0].message == ("no answer within 0.2s" if round_ == 0 else findings[0].message)
+            assert round_ == 0 or findings[0].message.startswith("no answer for ")
+        assert threading.active_count() == threads + 1, "one thread for the stuck call, not one per round"
+    finally:
+        stuck.release.set()
+    checker.start()
+    assert checker.finish(time.monotonic() + 5, 5) == []
+    assert checker.busy == set()
+
+
+def test_write_verdicts_replaces_each_condition_file(tmp_path) -> None:
+    findings = [Finding("gpu", "unhealthy", "gpu 3", "lost"),
+                Finding("training", "unknown", "", "Prometheus unreachable")]
+    write_verdicts(str(tmp_path), findings, CONDITIONS.values())
+    assert (tmp_path / "gpu").read_text() == "1\ngpu 3: lost\nUNHEALTHY gpu: gpu 3: lost\n"
+    assert (tmp_path / "efa").read_text() == "0\nhealthy\n"
+    assert (tmp_path / "training").read_text() == (
+        "2\ncould not tell: Prometheus unreachable\nUNKNOWN training: Prometheus unreachable\n")
+    write_verdicts(str(tmp_path), [], CONDITIONS.values())
+    assert (tmp_path / "gpu").read_text() == "0\nhealthy\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["efa", "gpu", "training"], "no temporary file left"

@@ -85,26 +85,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 healthy, 1 unhealthy (a real finding), 2 could not tell: anything unexpected is a 2.
 
-    A Slurm health check drains the node on 1, so a crash of the checker itself must never read as 1.
+    A Slurm health check drains the node on 1 and node-problem-detector sets a condition True on it, so a
+    crash of the checker itself must never read as 1. With ``--condition`` the verdict is one line of at
+    most 80 characters (node-problem-detector's condition message); every finding goes to stderr.
     """
     from fleetscope.health import EXIT_UNKNOWN
 
+    if args.every and not args.write:
+        print("fleetscope check: --every needs --write", file=sys.stderr)
+        return EXIT_UNKNOWN
     try:
         config = config_from_args(args)
         setup_logging(config.log, quiet=True)  # the verdict goes to stdout
-        from fleetscope.check import run_check
+        from fleetscope import check
+        from fleetscope.verdicts import CONDITIONS
 
-        findings, code = run_check(config, timeout=args.timeout)
+        if args.write:
+            check.watch(config, args.write, args.every or 0.0, args.timeout or WATCH_TIMEOUT,
+                        rounds=None if args.every else 1)
+            return 0
+        if args.condition:
+            timeout = args.timeout or CONDITION_TIMEOUT
+            findings, code = check.run_check(config, timeout=timeout, condition=CONDITIONS[args.condition],
+                                             close_grace=CONDITION_CLOSE_GRACE)
+            print(check.summary(findings, code))
+            for finding in findings:
+                print(finding.line(), file=sys.stderr)
+            return code
+        findings, code = check.run_check(config, timeout=args.timeout or CHECK_TIMEOUT)
         for finding in findings:
             print(finding.line())
         if code == 0:
             print("HEALTHY")
         return code
     except ConfigError as exc:
-        print(f"fleetscope check: could not tell: configuration error: {exc}", file=sys.stderr)
+        message = f"configuration error: {exc}"
     except Exception as exc:
-        print(f"fleetscope check: could not tell: {type(exc).__name__}: {exc}", file=sys.stderr)
+        message = f"{type(exc).__name__}: {exc}"
+    if args.condition:  # the one line node-problem-detector shows
+        print(f"could not tell: {message}"[:80])
+    print(f"fleetscope check: could not tell: {message}", file=sys.stderr)
     return EXIT_UNKNOWN
+
+
+# Seconds a check may take: the whole node (Slurm's HealthCheckProgram waits 60 s), one condition
+# (node-problem-detector kills a plugin after 5 s: start-up and closing must fit beside it), one round of
+# verdict files.
+CHECK_TIMEOUT = 20.0
+CONDITION_TIMEOUT = 3.0
+CONDITION_CLOSE_GRACE = 0.5
+WATCH_TIMEOUT = 10.0
 
 
 def positive_seconds(text: str) -> float:
@@ -141,8 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="One-shot node health verdict: exit 0 healthy, 1 unhealthy, 2 unknown.")
     add_setting_flags(check)
-    check.add_argument("--timeout", type=positive_seconds, default=20.0,
-                       help="Seconds the whole check may take; a collector still reading then counts as unknown.")
+    check.add_argument("--timeout", type=positive_seconds, default=None,
+                       help="Seconds the whole check may take; a collector still reading then counts as unknown "
+                            f"(default {CHECK_TIMEOUT:g}, {CONDITION_TIMEOUT:g} with --condition, "
+                            f"{WATCH_TIMEOUT:g} with --write).")
+    mode = check.add_mutually_exclusive_group()
+    mode.add_argument("--condition", choices=("gpu", "efa", "training"), default=None,
+                      help="Report one node condition as a node-problem-detector plugin: exit 0/1/2 and one line "
+                           "of at most 80 characters.")
+    mode.add_argument("--write", metavar="DIR", default=None,
+                      help="Write one verdict file per condition (gpu, efa, training) into DIR.")
+    check.add_argument("--every", type=positive_seconds, default=None, metavar="SECONDS",
+                       help="With --write: write the verdict files again every SECONDS, for ever.")
     check.set_defaults(func=cmd_check)
 
     catalog = sub.add_parser("catalog", help="Write the metric catalog generated from the metric tables.")

@@ -256,6 +256,70 @@ class PushConfig:
     )
 
 
+def parse_percent(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a percentage")
+    try:
+        number = float(str(value).strip().removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"expected a percentage such as 20, got {value!r}") from None
+    if not 0 < number <= 100:
+        raise ValueError(f"must be above 0 and at most 100, got {value!r}")
+    return number
+
+
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+
+
+def parse_matchers(value: Any) -> str:
+    """PromQL label matchers as they go between braces: ``job="fleetscope", cluster=~"p5-.*"``."""
+    text = parse_str(value).strip()
+    if not re.fullmatch(f"{_MATCHER}(?:,{_MATCHER})*", text):
+        raise ValueError(f'expected label matchers such as job="fleetscope", got {value!r}')
+    return text
+
+
+def parse_url(value: Any) -> str:
+    text = parse_str(value).strip().rstrip("/")
+    if text and not re.fullmatch(r"https?://[^\s/?#]+(?:/[^\s?#]*)?", text):
+        raise ValueError(f"expected an http(s) URL without query, such as http://prometheus:9090, got {value!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """`fleetscope check`'s cross-node findings: what Prometheus says about this node (docs/deploy.md)."""
+
+    prometheus_url: str = setting(
+        "check.prometheus-url", "", parse_url,
+        "Prometheus (or a query proxy in front of Amazon Managed Prometheus) that check asks for the fleetscope "
+        "alerts about this node; empty: check reports node-local findings only.",
+    )
+    prometheus_timeout: float = setting(
+        "check.prometheus-timeout", 2.0, parse_seconds,
+        "Longest check waits for Prometheus in all; no answer by then is \"could not tell\", never unhealthy.",
+    )
+    instance: str = setting(
+        "check.instance", "", parse_str,
+        "This node's `instance` label in Prometheus (empty: the short host name, as the shipped scrape configs "
+        "label nodes; the Kubernetes overlay sets the node name).",
+    )
+    selector: str = setting(
+        "check.selector", 'job="fleetscope"', parse_matchers,
+        "Label matchers of fleetscope's scrape targets (the rules' selector); add cluster=\"...\" where one "
+        "Prometheus holds several clusters that reuse node names.",
+    )
+    breaker_percent: float = setting(
+        "check.breaker-percent", 20.0, parse_percent,
+        "A cross-node finding carried by more than this share of the cluster's nodes (at least one node more "
+        "than the share rounds up to) is reported as \"could not tell\" on every node: the circuit breaker.",
+    )
+    breaker_window: float = setting(
+        "check.breaker-window", 600.0, parse_seconds,
+        "The breaker counts every node that carried the finding at any time within this window.",
+    )
+
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["logfmt", "json"]
 LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
@@ -308,6 +372,7 @@ SECTIONS: dict[str, type] = {
     "nccl": NcclConfig,
     "push": PushConfig,
     "log": LogConfig,
+    "check": CheckConfig,
 }
 
 
@@ -329,6 +394,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     push: PushConfig = field(default_factory=PushConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    check: CheckConfig = field(default_factory=CheckConfig)
     collectors: Mapping[str, CollectorSettings] = field(default_factory=default_collectors)
 
     def collector(self, name: str) -> CollectorSettings:

@@ -21,11 +21,12 @@ EXIT_UNKNOWN = 2
 class Finding:
     collector: str
     severity: Severity
-    subject: str  # what the finding is about: "efa rdmap79s0", "gpu 3", "node"
+    subject: str  # what the finding is about: "efa rdmap79s0", "gpu 3", "node"; empty for the node as a whole
     message: str
 
     def line(self) -> str:
-        return f"{self.severity.upper()} {self.collector}: {self.subject}: {self.message}"
+        about = f"{self.subject}: " if self.subject else ""
+        return f"{self.severity.upper()} {self.collector}: {about}{self.message}"
 
 
 def verdict(findings: list[Finding]) -> int:
