@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fleetscope.metrics import engine, push
 from fleetscope.rules.model import Alert, Group, held, num, sel
-from fleetscope.rules.settings import Settings
+from fleetscope.rules.settings import Settings, seconds
+from fleetscope.verdicts import breaker_expr
 
 NOT_DUPLICATE = 'reason!="duplicate"'  # the matcher for every refusal but an acknowledged re-send
 
@@ -42,4 +43,20 @@ def alert_rules(s: Settings) -> Group:
             "(reason {{ $labels.reason }}).",
             s.push_rejected_for,
         ),
+        breaker_alert(s),
     ))
+
+
+def breaker_alert(s: Settings) -> Alert:
+    """The circuit breaker of `fleetscope check` tripped for a cross-node finding (fleetscope.verdicts)."""
+    return Alert(
+        "FleetscopeBreakerTripped",
+        breaker_expr(s.selector, s.breaker_percent, seconds(s.breaker_window)),
+        "warning",
+        "Too many nodes carry one cross-node finding: fleetscope check holds it back instead of marking them.",
+        "{{ $value }} nodes{{ with $labels.cluster }} of cluster {{ . }}{{ end }} carried {{ $labels.finding }} "
+        f"within the last {s.breaker_window}, more than {num(s.breaker_percent)}% of the nodes fleetscope scrapes "
+        "there. `fleetscope check` reports it as could-not-tell (node condition Unknown, no Slurm drain) on "
+        "every one of them: a fleet-wide cause (a network event, a driver rollout, Prometheus itself) is likelier "
+        "than that many bad nodes. Find what they share; nodes are marked again once fewer carry it.",
+    )

@@ -12,6 +12,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from fleetscope.verdicts import BREAKER_PERCENT
+
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -152,6 +154,12 @@ class Settings:
     repeat_min_count: float = 3.0
     repeat_interval: str = "10m"
 
+    # The circuit breaker (fleetscope.verdicts): `fleetscope check` holds back a cross-node finding that
+    # more than breaker_percent of a cluster's nodes carried within breaker_window, and
+    # FleetscopeBreakerTripped says so. Keep them equal to check.breaker-percent and check.breaker-window.
+    breaker_percent: float = BREAKER_PERCENT
+    breaker_window: str = "10m"
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -166,6 +174,8 @@ class Settings:
             raise ValueError("straggler_critical_score must flag ranks slower than the warning threshold")
         if self.straggler_min_excess < 0.02:
             raise ValueError("straggler_min_excess below 0.02 flags healthy ranks (their sustained spread is ~1%)")
+        if not 0 < self.breaker_percent <= 100:
+            raise ValueError("breaker_percent is a share of the cluster's nodes, in (0, 100]")
         if not self.hang_min_seconds <= self.hang_max_seconds:
             raise ValueError("hang_min_seconds must not exceed hang_max_seconds")
 
@@ -224,6 +234,7 @@ E2E = dataclasses.replace(
     repeat_window="2m",
     repeat_gap="20s",
     repeat_interval="5s",
+    breaker_window="1m",
 )
 
 PRESETS: dict[str, Settings] = {"production": PRODUCTION, "e2e": E2E}
