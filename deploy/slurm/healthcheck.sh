@@ -9,6 +9,11 @@
 #   HealthCheckInterval=300
 #   HealthCheckNodeState=ANY,CYCLE
 #
+# With check.prometheus-url in the config, the verdict includes what Prometheus says about this node
+# (docs/deploy.md, "Node conditions and drains"): a repeat straggler is drained as
+# "fleetscope: training: repeat straggler (3 jobs)" and resumed once the alert resolves. A finding on too
+# many nodes at once (the circuit breaker) and an unreachable Prometheus are "could not tell".
+#
 # `fleetscope check` exits 0 healthy, 1 unhealthy, 2 could not tell; anything
 # else (timeout, configuration error, missing binary) counts as "could not
 # tell", which changes nothing: a broken checker must not drain the fleet.
@@ -38,7 +43,9 @@ if [ -r "$CONFIG" ]; then
     config_args=(--config "$CONFIG")
 fi
 
-output="$(timeout --kill-after=5 "$TIMEOUT" "$FLEETSCOPE" check "${config_args[@]}" 2>&1)"
+# This script's own knobs are not fleetscope settings (which it would refuse as unknown FLEETSCOPE_CHECK_*).
+output="$(timeout --kill-after=5 "$TIMEOUT" env -u FLEETSCOPE_CHECK_CONFIG -u FLEETSCOPE_CHECK_TIMEOUT \
+    "$FLEETSCOPE" check "${config_args[@]}" 2>&1)"
 status=$?
 
 node_line="$(scontrol -o show node "$node" 2>/dev/null)"
