@@ -10,8 +10,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.metrics import MetricSpec
-from fleetscope.push.gateway import parse_exposition
 from fleetscope.push.models import reports_from_records
+from fleetscope.push.textformat import parse_exposition
 from tests.clocks import FakeClock
 
 

@@ -204,3 +204,26 @@ def test_bodies_in_flight_are_bounded() -> None:
             pass
 
     asyncio.run(scenario())
+
+
+def test_budget_refusals_over_http_say_why_and_are_counted() -> None:
+    from fastapi.testclient import TestClient
+
+    from fleetscope.collectors.steps import StepsCollector
+    from fleetscope.config import load
+    from fleetscope.daemon import build_daemon
+
+    config = load({"push.max-group-samples": "50", "push.max-samples": "80"}, environ={})
+    collector = StepsCollector(config)
+    client = TestClient(build_daemon(config, collectors={"steps": collector}).app)
+    body = "".join(f'm{{i="{i}"}} 1\n' for i in range(51))
+    too_large = client.put("/metrics/job/a", content=body)
+    assert too_large.status_code == 413 and "push.max-group-samples" in too_large.json()["detail"]
+    assert client.put("/metrics/job/a", content="".join(f'm{{i="{i}"}} 1\n' for i in range(50))).status_code == 200
+    over = client.put("/metrics/job/b", content="".join(f'n{{i="{i}"}} 1\n' for i in range(40)))
+    assert over.status_code == 429 and "push.max-samples" in over.json()["detail"]
+    assert int(over.headers["retry-after"]) > 0
+    metrics = client.get("/metrics").text
+    assert 'fleetscope_push_rejected_total{reason="too_large"} 1.0' in metrics
+    assert 'fleetscope_push_rejected_total{reason="limit"} 1.0' in metrics
+    assert "fleetscope_push_group_samples 50.0" in metrics

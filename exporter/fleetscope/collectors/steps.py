@@ -17,9 +17,10 @@ from fleetscope.collectors.protocol import App, Collector, HasRouters
 from fleetscope.config import Config
 from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training
-from fleetscope.push.gateway import GroupStore, GroupView, owned_names
+from fleetscope.push.groups import GroupLimits, GroupStore, GroupView
 from fleetscope.push.process import ProcessTable
 from fleetscope.push.store import RankView, StepStore, StoreView
+from fleetscope.push.textformat import owned_names
 from fleetscope.record import Role
 
 if TYPE_CHECKING:
@@ -100,7 +101,9 @@ class StepsCollector(Collector, HasRouters):
         self.config = config
         self.clock = clock or SystemClock()
         self.store = StepStore(config.push, self.clock)
-        self.groups = GroupStore(config.push, self.clock)
+        limits = GroupLimits(max_groups=config.push.max_groups, max_group_samples=config.push.max_group_samples,
+                             max_samples=config.push.max_samples, ttl=config.push.group_ttl)
+        self.groups = GroupStore(limits, self.clock)
         self.processes = ProcessTable(config.path.procfs)
 
     def routers(self) -> list[tuple[App, APIRouter]]:

@@ -26,14 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from fleetscope.config import PushConfig
-from fleetscope.push.gateway import (
-    GroupError,
-    GroupLimitExceeded,
-    GroupStore,
-    GroupTooLarge,
-    parse_exposition,
-    parse_group_path,
-)
+from fleetscope.push.grouping import GroupError, parse_group_path
+from fleetscope.push.groups import GroupLimitExceeded, GroupStore
 from fleetscope.push.models import (
     JobEndResult,
     PushResult,
@@ -46,6 +40,7 @@ from fleetscope.push.models import (
     request_body_schema,
 )
 from fleetscope.push.store import LimitExceeded, StepStore
+from fleetscope.push.textformat import GroupTooLarge, parse_exposition
 
 INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
 LIMIT_RETRY_AFTER = 60  # seconds: limits free up as groups and ranks expire or jobs end
@@ -146,6 +141,11 @@ async def _maybe_offload(size: int, work: Callable[[], T]) -> T:
     if size <= INLINE_BODY_BYTES:
         return work()
     return await run_in_threadpool(work)
+
+
+def _naming_setting(exc: GroupTooLarge | GroupLimitExceeded) -> str:
+    """The group store's refusal, with the daemon setting that sets the limit it names (``push.max-samples``)."""
+    return f"{exc} (push.{exc.limit.replace('_', '-')})"
 
 
 def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> APIRouter:
@@ -266,10 +266,10 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
                     except GroupError as exc:
                         raise PushRefused(400, "invalid", str(exc)) from None
                     except GroupTooLarge as exc:
-                        raise PushRefused(413, "too_large", str(exc)) from None
+                        raise PushRefused(413, "too_large", _naming_setting(exc)) from None
                     except GroupLimitExceeded as exc:
                         retry = {"Retry-After": str(LIMIT_RETRY_AFTER)}
-                        raise PushRefused(429, "limit", str(exc), headers=retry) from None
+                        raise PushRefused(429, "limit", _naming_setting(exc), headers=retry) from None
 
                 await _maybe_offload(len(body), store_group)
         except PushRefused as exc:

@@ -1,62 +1,36 @@
-"""Pushgateway-compatible groups: what ``prometheus_client.push_to_gateway`` sends.
+"""A pushed body in the Prometheus text format, parsed and checked: what ``prometheus_client.push_to_gateway``
+sends. Pure: text and grouping key in, frozen dataclasses out, no settings and no state.
 
-A group is named by its grouping key, the URL path
-``/metrics/job/<job>{/<label>/<value>}`` (a segment ``<label>@base64`` means
-its value is URL-safe base64, as the Pushgateway and client_python use for
-values containing ``/``). Semantics follow the Pushgateway: PUT replaces the
-whole group, POST replaces only the families it names, DELETE drops the
-group; grouping labels override labels of the same name in the body, and
-samples must not carry timestamps. Unlike the Pushgateway, a group nobody
-pushes to for ``push.group-ttl`` expires.
+Grouping labels override labels of the same name in the body, and samples must not carry timestamps.
+What is accepted matches Pushgateway 1.5.1 on the text format (tested side by side with the real
+binary): untyped families, samples of one family spread over the body, HELP after samples,
+case-insensitive types; a second HELP or TYPE line, a TYPE after the family's samples, a type outside
+the text format's five, a non-float ``le`` or ``quantile`` or a repeated sample answer 400. Where the
+Pushgateway accepts data that it then re-exposes in a form OpenMetrics parsers refuse (histogram
+buckets out of order or without ``+Inf`` and ``_count``, a negative counter, a quantile outside
+[0, 1], a ``le`` grouping label on a histogram, a family clashing with another's
+``_total``/``_bucket``/... samples), this receiver answers 400 instead, so one push can never make the
+node's whole scrape unparsable. Missing pieces that are the same quantity are filled in (a
+histogram's ``+Inf`` bucket from its ``_count`` and back); nothing is invented. What spans groups (a
+series another group already exposes) is the store's check (:mod:`fleetscope.push.groups`).
 
-The grouping label ``job`` is exposed as ``training_job``: ``job`` is
-Prometheus's own target label (see docs/design.md).
+Parsing and validation are linear in the body and run before the store's lock is taken; a body
+with more sample lines than a group may hold is refused before it is parsed.
 
-What is accepted matches Pushgateway 1.5.1 on the text format (tested side by
-side with the real binary): untyped families, samples of one family spread
-over the body, HELP after samples, case-insensitive types; a second HELP or
-TYPE line, a TYPE after the family's samples, a type outside the text
-format's five, a non-float ``le`` or ``quantile``, a repeated sample or a
-series another group already exposes answer 400. Where the Pushgateway
-accepts data that it then re-exposes in a form OpenMetrics parsers refuse
-(histogram buckets out of order or without ``+Inf`` and ``_count``, a
-negative counter, a quantile outside [0, 1], a ``le`` grouping label on a
-histogram, a family clashing with another's ``_total``/``_bucket``/...
-samples), this receiver answers 400 instead, so one push can never make the
-node's whole scrape unparsable. Missing pieces that are the same quantity
-are filled in (a histogram's ``+Inf`` bucket from its ``_count`` and back);
-nothing is invented.
-
-Parsing and validation are linear in the body and run before the store's
-lock is taken; under the lock, a push costs a few dictionary operations per
-sample (type, series and sample-budget indexes), so scrapes never wait on a
-large push. The sample budget (``push.max-group-samples`` per group,
-``push.max-samples`` in all) bounds memory and the time a scrape spends on
-pushed groups.
-
-This module parses with ``prometheus_client.parser`` (the text format's
-reference parser), adds the checks the Go parser makes and it does not, and
-returns plain frozen dataclasses.
+This module parses with ``prometheus_client.parser`` (the text format's reference parser), adds the
+checks the Go parser makes and it does not, and returns plain frozen dataclasses.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import re
-import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from fleetscope.clock import Clock, Now, SystemClock
-from fleetscope.config import PushConfig
 from fleetscope.metrics.spec import NAMESPACE
+from fleetscope.push.grouping import EXPOSED_LABEL, GroupError, GroupKey
 
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-GroupKey = tuple[tuple[str, str], ...]  # (("job", "train"), ("instance", "x")), in URL order
 Labels = tuple[tuple[str, str], ...]
-EXPOSED_LABEL = {"job": "training_job"}
 
 TEXT_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
 # A "# HELP name ..." or "# TYPE name type" line as the Go parser reads it (blanks after "#" optional).
@@ -76,16 +50,13 @@ def owned_names(name: str, kind: str) -> set[str]:
     return {name + suffix for suffix in OWNED_SUFFIXES.get(kind, ())}
 
 
-class GroupError(ValueError):
-    """A push refused as invalid (HTTP 400), with the reason."""
-
-
 class GroupTooLarge(Exception):
-    """One group would hold more samples than push.max-group-samples (HTTP 413); nothing stored."""
+    """One group would hold more samples than it may (HTTP 413); nothing stored. ``limit`` names the
+    limit (``max_group_samples``, a field of :class:`fleetscope.push.groups.GroupLimits`)."""
 
-
-class GroupLimitExceeded(Exception):
-    """More groups than push.max-groups, or more samples than push.max-samples (HTTP 429); nothing stored."""
+    def __init__(self, message: str, limit: str = "max_group_samples") -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -104,58 +75,6 @@ class PushedFamily:
 
     def owned(self) -> set[str]:
         return owned_names(self.name, self.type)
-
-
-@dataclass(frozen=True)
-class GroupView:
-    key: GroupKey
-    families: tuple[PushedFamily, ...]
-    last_push_timestamp: float  # Unix time in a view; an instant on the monotonic clock inside the store
-
-    def exposed_labels(self) -> dict[str, str]:
-        return {EXPOSED_LABEL.get(name, name): value for name, value in self.key}
-
-
-# -- grouping key -------------------------------------------------------------------------------
-
-
-def _decode(segment: str, value: str) -> tuple[str, str]:
-    if segment.endswith("@base64"):
-        name = segment.removesuffix("@base64")
-        padded = value + "=" * (-len(value) % 4)
-        try:
-            decoded = base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
-        except (binascii.Error, UnicodeError, ValueError):
-            raise GroupError(f"invalid base64 value for label {name!r}") from None
-        return name, decoded
-    return segment, value
-
-
-def parse_group_path(path: str) -> GroupKey:
-    """``job/train/instance/x`` (the part after ``/metrics/``) -> grouping key.
-
-    A trailing slash is an empty last value (``job/train/instance/`` is ``instance=""``), as in the
-    Pushgateway.
-    """
-    segments = path.removeprefix("/").split("/")
-    if len(segments) < 2 or len(segments) % 2:
-        raise GroupError("grouping key must be job/<job> followed by <label>/<value> pairs")
-    pairs: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for index in range(0, len(segments), 2):
-        name, value = _decode(segments[index], segments[index + 1])
-        if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
-            raise GroupError(f"invalid label name {name!r} in grouping key")
-        if name in seen:
-            raise GroupError(f"label {name!r} repeated in grouping key")
-        seen.add(name)
-        pairs.append((name, value))
-    if pairs[0][0] != "job" or not pairs[0][1]:
-        raise GroupError("grouping key must start with a non-empty job")
-    return tuple(pairs)
-
-
-# -- the body -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -219,8 +138,7 @@ def _scan(text: str, max_samples: int) -> _Lines:
             continue
         count += 1
         if count > max_samples:
-            raise GroupTooLarge(
-                f"body has more than {max_samples} samples, the most one group may hold (push.max-group-samples)")
+            raise GroupTooLarge(f"body has more than {max_samples} samples, the most one group may hold")
         if line.endswith("\r"):
             raise GroupError(f"line {number}: carriage return at the end of a sample line")
         match = SAMPLE_NAME.match(stripped)
@@ -242,8 +160,7 @@ def _count_samples(text: str, max_samples: int) -> None:
         if line and line[0] != "#":
             count += 1
             if count > max_samples:
-                raise GroupTooLarge(f"body has more than {max_samples} samples, the most one group may hold "
-                                    "(push.max-group-samples)")
+                raise GroupTooLarge(f"body has more than {max_samples} samples, the most one group may hold")
 
 
 @dataclass
@@ -469,145 +386,3 @@ def _without_clashes(families: list[PushedFamily]) -> tuple[PushedFamily, ...]:
     return tuple(kept)
 
 
-# -- the store ----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Index:
-    """Across all groups: each family name's type, the sample names typed families own, every series."""
-
-    types: dict[str, tuple[str, int]] = field(default_factory=dict)  # family -> (type, groups holding it)
-    owned: dict[str, tuple[str, int]] = field(default_factory=dict)  # owned sample name -> (owner, groups)
-    series: dict[tuple[str, Labels], GroupKey] = field(default_factory=dict)
-    samples: int = 0
-
-    def add(self, key: GroupKey, families: Iterable[PushedFamily]) -> None:
-        for family in families:
-            kind, held = self.types.get(family.name, (family.type, 0))
-            self.types[family.name] = (kind, held + 1)
-            for name in family.owned():
-                owner, held = self.owned.get(name, (family.name, 0))
-                self.owned[name] = (owner, held + 1)
-            for sample in family.samples:
-                self.series[(sample.name, sample.labels)] = key
-            self.samples += len(family.samples)
-
-    def remove(self, families: Iterable[PushedFamily]) -> None:
-        for family in families:
-            self._release(self.types, family.name)
-            for name in family.owned():
-                self._release(self.owned, name)
-            for sample in family.samples:
-                self.series.pop((sample.name, sample.labels), None)
-            self.samples -= len(family.samples)
-
-    @staticmethod
-    def _release(table: dict[str, tuple[str, int]], name: str) -> None:
-        value, held = table[name]
-        if held > 1:
-            table[name] = (value, held - 1)
-        else:
-            del table[name]
-
-
-class GroupStore:
-    """Pushed groups by grouping key, with Pushgateway replace semantics, budgets and expiry."""
-
-    def __init__(self, config: PushConfig, clock: Clock | None = None) -> None:
-        self._config = config
-        self._clock = clock or SystemClock()
-        self._lock = threading.Lock()
-        self._groups: dict[GroupKey, GroupView] = {}
-        self._index = _Index()
-        self.expired = 0
-
-    def push(self, key: GroupKey, families: tuple[PushedFamily, ...], replace_all: bool) -> None:
-        """PUT (``replace_all``) or POST a group.
-
-        Raises GroupError (400), GroupTooLarge (413) or GroupLimitExceeded (429), storing nothing.
-        """
-        now = self._clock.read().monotonic  # expiry on a clock that no one sets
-        with self._lock:
-            self._sweep_locked(now)
-            current = self._groups.get(key)
-            if current is None and len(self._groups) >= self._config.max_groups:
-                raise GroupLimitExceeded(
-                    f"this node already holds {len(self._groups)} groups "
-                    f"(push.max-groups={self._config.max_groups})"
-                )
-            names = {f.name for f in families}
-            previous = () if current is None else current.families
-            replaced = tuple(f for f in previous if replace_all or f.name in names)
-            kept = tuple(f for f in previous if not (replace_all or f.name in names))
-            group_samples = sum(len(f.samples) for f in kept + families)
-            if group_samples > self._config.max_group_samples:
-                raise GroupTooLarge(
-                    f"group would hold {group_samples} samples; one group may hold "
-                    f"{self._config.max_group_samples} (push.max-group-samples)")
-            total = self._index.samples - sum(len(f.samples) for f in replaced) + sum(
-                len(f.samples) for f in families)
-            if total > self._config.max_samples:
-                raise GroupLimitExceeded(
-                    f"pushed groups would hold {total} samples; this node holds at most "
-                    f"{self._config.max_samples} (push.max-samples)")
-            self._check_consistency(key, families, {f.name for f in replaced})
-            self._index.remove(replaced)
-            self._index.add(key, families)
-            self._groups[key] = GroupView(key, kept + families, now)
-
-    def _check_consistency(self, key: GroupKey, families: tuple[PushedFamily, ...], leaving: set[str]) -> None:
-        """One name, one type; no family named like another's owned samples; no series twice.
-
-        An ``x_created`` family beside another group's counter, histogram or summary ``x`` is let
-        through: the exposition leaves it out, as within one body (client_python pushes them).
-        """
-        index = self._index
-        for family in families:
-            held = index.types.get(family.name)
-            if held is not None and held[0] != family.type and not (held[1] == 1 and family.name in leaving):
-                raise GroupError(f"metric {family.name!r} pushed as {family.type} but another group has it as "
-                                 f"{held[0]}")
-            owner = index.owned.get(family.name)
-            if owner is not None and not family.name.endswith("_created") and not (
-                    owner[1] == 1 and owner[0] in leaving):
-                raise GroupError(f"metric {family.name!r} clashes with {owner[0]!r} pushed by another group, "
-                                 "which owns that sample name in OpenMetrics")
-            for name in family.owned():
-                if name.endswith("_created"):
-                    continue
-                if name in index.types and not (index.types[name][1] == 1 and name in leaving):
-                    raise GroupError(f"{family.type} {family.name!r} clashes with metric {name!r} pushed by "
-                                     "another group")
-            for sample in family.samples:
-                holder = index.series.get((sample.name, sample.labels))
-                if holder is not None and holder != key:
-                    raise GroupError(f"sample {sample.name}{dict(sample.labels)} is already pushed by group "
-                                     f"{dict(holder)}")
-
-    def delete(self, key: GroupKey) -> bool:
-        with self._lock:
-            group = self._groups.pop(key, None)
-            if group is None:
-                return False
-            self._index.remove(group.families)
-            return True
-
-    def _sweep_locked(self, now: float) -> None:
-        ttl = self._config.group_ttl
-        stale = [key for key, group in self._groups.items() if now - group.last_push_timestamp > ttl]
-        for key in stale:
-            self._index.remove(self._groups.pop(key).families)
-        self.expired += len(stale)
-
-    def view(self, now: Now | None = None) -> tuple[tuple[GroupView, ...], int]:
-        """(live groups, groups expired so far); last pushes as Unix time on the wall clock of ``now``."""
-        with self._lock:
-            now = now or self._clock.read()
-            self._sweep_locked(now.monotonic)
-            groups = tuple(replace(g, last_push_timestamp=now.unix(g.last_push_timestamp))
-                           for g in self._groups.values())
-            return groups, self.expired
-
-    def samples(self) -> int:
-        with self._lock:
-            return self._index.samples
