@@ -6,6 +6,7 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -60,9 +61,23 @@ def wait_listening(port: int, timeout: float = 10.0) -> str:
     return base
 
 
-def free_port_run(count: int, start: int = 21000) -> int:
-    """The first port of ``count`` consecutive free ports (probed, not reserved)."""
-    for base in range(start, 60000, count + 13):
+# Port runs are probed below the kernel's ephemeral range (32768-60999 by default), where no outgoing
+# connection or bind(0) lands; each pytest-xdist worker probes its own slice, so two workers never
+# probe the same ports at the same moment and both take them.
+PORT_RUNS = (21000, 32700)
+
+
+def _worker_slice() -> tuple[int, int]:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    span = (PORT_RUNS[1] - PORT_RUNS[0]) // max(workers, 1)
+    return PORT_RUNS[0] + worker * span, PORT_RUNS[0] + (worker + 1) * span
+
+
+def free_port_run(count: int) -> int:
+    """The first port of ``count`` consecutive free ports (probed, not reserved) in this worker's slice."""
+    start, end = _worker_slice()
+    for base in range(start, end - count, count + 13):
         sockets = []
         try:
             for port in range(base, base + count):
@@ -86,3 +101,59 @@ def require_binary(name: str) -> str:
             pytest.fail(f"{name} is required in CI but not installed")
         pytest.skip(f"{name} not installed")
     return path
+
+
+# pytest-xdist, as scripts/test runs the suite (``-n N --dist loadgroup``). A module is one unit of work, so a
+# module- or session-scoped fixture (a Prometheus run, a built wheel) is set up once, in one worker, and a
+# module's tests never overlap each other; modules named together in SHARED_WORKER are one unit, run one
+# after the other. (xdist's own loadgroup reads xdist_group marks through a node id that pytest 9.2 no longer
+# lets a plugin rewrite, so the grouping is declared here, where the controller, which collects nothing,
+# can read it.) Workers take units in collection order, and the end-to-end modules come first.
+SHARED_WORKER = {
+    # The two real torch.distributed runs start 16 gloo ranks each (about 50 CPU-seconds of imports at
+    # once): the second starts after the NCCL run (3 minutes, nearly idle), once the first is in its steady
+    # state, so neither's steps stretch while the other starts (a TrainingJobSlowdown about the machine).
+    "tests/e2e/test_nccl.py": "nccl-then-training",
+    "tests/e2e/test_training_jobs.py": "nccl-then-training",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_WORKER.get(module, module)
+
+    config.option.loadscopereorder = False  # collection order: the longest units first
+    return ModuleScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_cost_class)
+
+
+def _cost_class(item: pytest.Item) -> int:
+    if item.get_closest_marker("e2e"):
+        return 0
+    if item.get_closest_marker("slow"):
+        return 1
+    return 2
+
+
+# The end-to-end runs (minutes, mostly waiting on Prometheus evaluations and simulated time) set the suite's
+# length, and some of them time real training steps. In parallel workers, the short modules run at a lower
+# CPU priority: they take the cores the end-to-end runs leave idle and do not stretch a rank's step. A worker
+# only ever lowers its priority, and it reaches the short modules only after every longer unit was handed out.
+FILLER_NICENESS = 5
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and _cost_class(item) == 2:
+        current = os.nice(0)
+        if current < FILLER_NICENESS:
+            os.nice(FILLER_NICENESS - current)

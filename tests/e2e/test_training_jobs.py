@@ -22,8 +22,11 @@ pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-# Steps of about 0.13 s (0.12 s of accelerator time): a run of about two and a half minutes.
-STEPS = 1100
+# Steps of about 0.25 s (0.24 s of accelerator time, waited as a host waits on a CUDA sync): a run of about
+# two and a half minutes. Long accelerator shares keep the host's part of a step (the ranks' CPU, about 8 ms
+# of gloo and Python) small, so 16 ranks need half a core instead of one and parallel tests barely move a step.
+DEVICE_MS = "240"
+STEPS = 550
 
 
 def test_fsdp_straggler_loader_bound_rank_hang_and_dead_rank_are_each_named(
@@ -32,13 +35,15 @@ def test_fsdp_straggler_loader_bound_rank_hang_and_dead_rank_are_each_named(
     base = port_run(7)
     with cluster(nodes=2, base_port=base) as jobs:
         # Two ranks of each job per node: rank 3 is local rank 1 on node-01, its GPU 5.
-        jobs.launch("fsdp-slow", 4, 2, base + 3, "--model", "fsdp2", "--steps", str(STEPS), "--slow-rank", "3")
-        jobs.launch("loader-bound", 4, 2, base + 4, "--model", "ddp", "--steps", "700", "--data-rank", "1",
-                    "--data-ms", "400")
+        jobs.launch("fsdp-slow", 4, 2, base + 3, "--model", "fsdp2", "--steps", str(STEPS), "--slow-rank", "3",
+                    "--device-ms", DEVICE_MS)
+        # Two loader workers at 0.8 s a batch: 0.4 s per batch against a 0.25 s step.
+        jobs.launch("loader-bound", 4, 2, base + 4, "--model", "ddp", "--steps", "350", "--data-rank", "1",
+                    "--data-ms", "800", "--device-ms", DEVICE_MS)
         jobs.launch("hang", 4, 2, base + 5, "--model", "ddp", "--steps", "100000", "--stall-rank", "2",
-                    "--fault-step", "400")
+                    "--fault-step", "200", "--device-ms", DEVICE_MS)
         jobs.launch("dead", 4, 2, base + 6, "--model", "ddp", "--steps", "100000", "--die-rank", "1",
-                    "--fault-step", "400")
+                    "--fault-step", "200", "--device-ms", DEVICE_MS)
         codes = {job: jobs.wait(job, 600 if job == "fsdp-slow" else 60) for job in ("fsdp-slow", "loader-bound")}
         dead_codes = jobs.wait("dead", 30)
         fired = jobs.fired()
