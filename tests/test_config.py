@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
 from fleetscope.config import ConfigError, load, settings_table
@@ -101,3 +108,82 @@ def test_detail_level_only_where_a_collector_has_levels():
         "collector.efa.detail", "collector.gpu.detail"}
     with pytest.raises(ConfigError, match=r"unknown flag --collector\.netstat\.detail"):
         load({"collector.netstat.detail": "all"}, environ={})
+
+
+# -- tokens and config files (#30 item 6) ---------------------------------------------------------------
+
+
+def test_the_push_token_is_trimmed_like_the_token_a_client_sends(tmp_path):
+    assert load({"push.token": "s3cret\n"}, environ={}).push.token == "s3cret"
+    token = tmp_path / "token"
+    token.write_text("  s3cret\r\n")
+    assert load({"push.token-file": str(token)}, environ={}).push.token == "s3cret"
+
+
+def test_an_empty_token_variable_does_not_turn_auth_off(tmp_path):
+    """Measured before: FLEETSCOPE_PUSH_TOKEN="" overrode the YAML token, and every push was accepted."""
+    yaml_path = write(tmp_path, "push:\n  token: from-yaml\n")
+    for empty in ("", "  ", "\n"):
+        assert load({}, environ={"FLEETSCOPE_PUSH_TOKEN": empty}, yaml_path=yaml_path).push.token == "from-yaml"
+        assert load({"push.token": empty}, environ={}, yaml_path=yaml_path).push.token == "from-yaml"
+    assert load({}, environ={"FLEETSCOPE_PUSH_TOKEN": ""}).push.token == ""
+
+
+def test_a_token_file_must_hold_a_token(tmp_path):
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match=r"push\.token-file.*empty"):
+        load({"push.token-file": str(tmp_path / "empty")}, environ={})
+    with pytest.raises(ConfigError, match=r"push\.token-file.*cannot read"):
+        load({"push.token-file": str(tmp_path / "missing")}, environ={})
+    (tmp_path / "token").write_text("a\n")
+    with pytest.raises(ConfigError, match="not both"):
+        load({"push.token-file": str(tmp_path / "token")}, environ={"FLEETSCOPE_PUSH_TOKEN": "b"})
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    """Measured before: the second value silently won."""
+    for text in ("push:\n  token: a\n  token: b\n", "web:\n  listen-address: ':1'\nweb:\n  read-timeout: 5s\n",
+                 "web.listen-address: ':1'\nweb:\n  listen-address: ':2'\n"):
+        with pytest.raises(ConfigError, match="given twice"):
+            load({}, environ={}, yaml_path=write(tmp_path, text))
+
+
+def load_within(seconds: float, **kwargs):
+    """load() on a thread: a config read that blocks must not hang the test."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(load(**kwargs))
+        except Exception as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert outcome, f"load() still blocked after {seconds} s"
+    return outcome[0]
+
+
+def test_a_config_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    (tmp_path / "dir.yaml").mkdir()
+    for path in (fifo, tmp_path / "dir.yaml"):
+        error = load_within(5, flags={}, environ={}, yaml_path=str(path))
+        assert isinstance(error, ConfigError) and "not a regular file" in str(error), error
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_check_with_a_fifo_config_answers_could_not_tell_within_its_timeout(tmp_path):
+    """Measured before: `check --timeout 3` with a FIFO as --config hung until it was killed."""
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "exporter")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "fleetscope", "check", "--config", str(fifo), "--timeout", "3",
+                           "--no-collector.gpu", "--no-collector.ena"], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+    assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr
+    assert time.monotonic() - started < 3 + 10  # the timeout, and an interpreter's start on a busy machine

@@ -11,7 +11,7 @@
 # Lays out:
 #   /opt/fleetscope/venv              the daemon and its Python dependencies
 #   /opt/fleetscope/slurm/*.sh        HealthCheckProgram, Prolog, Epilog, TaskProlog
-#   /etc/fleetscope/config.yaml       settings (kept if it already exists)
+#   /etc/fleetscope/config.yaml       settings, mode 0600 (kept if it already exists, made 0600)
 #   /etc/systemd/system/fleetscope.service
 #   /etc/tmpfiles.d/fleetscope.conf   recreates /run/fleetscope/jobs at boot
 #
@@ -51,10 +51,12 @@ fi
 
 install -m 0644 "$here/fleetscope.service" "$root/etc/systemd/system/fleetscope.service"
 install -m 0644 "$here/fleetscope.tmpfiles.conf" "$root/etc/tmpfiles.d/fleetscope.conf"
+# The config may hold push.token: readable by root only (the daemon runs as root).
 if [ -e "$root/etc/fleetscope/config.yaml" ]; then
-    echo "keeping existing $root/etc/fleetscope/config.yaml"
+    echo "keeping existing $root/etc/fleetscope/config.yaml (mode 0600)"
+    chmod go-rwx "$root/etc/fleetscope/config.yaml"
 else
-    install -m 0644 "$here/config.yaml" "$root/etc/fleetscope/config.yaml"
+    install -m 0600 "$here/config.yaml" "$root/etc/fleetscope/config.yaml"
 fi
 for script in healthcheck.sh prolog.sh epilog.sh task-prolog.sh; do
     install -m 0755 "$checkout/deploy/slurm/$script" "$prefix/slurm/$script"

@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -73,6 +74,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(config.log)
     from fleetscope.daemon import build_daemon
 
+    if getattr(args, "setting:push.token", "").strip():
+        logging.getLogger("fleetscope").warning(
+            "--push.token is readable by every user of this node (/proc/%d/cmdline): use --push.token-file "
+            "(a 0600 file) or FLEETSCOPE_PUSH_TOKEN instead", os.getpid())
     daemon = build_daemon(config)
     logging.getLogger("fleetscope").info(
         "fleetscope %s listening on %s (collectors: %s)", __version__, config.web.listen_address,

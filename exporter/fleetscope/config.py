@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -104,6 +105,12 @@ def split_address(address: str) -> tuple[str, int]:
         raise ValueError(f"expected host:port, got {address!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
+
+
+def parse_token(value: Any) -> str:
+    """A secret as people write it to a file or a variable: surrounding whitespace (``echo``'s newline) is no part
+    of it, at either end of the connection."""
+    return parse_str(value).strip()
 
 
 def parse_uids(value: Any) -> tuple[int, ...]:
@@ -230,7 +237,15 @@ class PushConfig:
         "push.listen-address", "", parse_address,
         "Separate address for the push API (empty: served with /metrics).",
     )
-    token: str = setting("push.token", "", parse_str, "Bearer token required on pushes (empty: none).")
+    token: str = setting(
+        "push.token", "", parse_token,
+        "Bearer token required on pushes (empty: none). Every user can read a command line: prefer push.token-file "
+        "or the environment.",
+    )
+    token_file: str = setting(
+        "push.token-file", "", parse_str,
+        "File holding the bearer token required on pushes (mode 0600; surrounding whitespace ignored).",
+    )
     max_body_bytes: int = setting("push.max-body-bytes", 1 << 20, parse_count, "Largest accepted push body.")
     max_inflight_bytes: int = setting(
         "push.max-inflight-bytes", 4 << 20, parse_count,
@@ -473,14 +488,68 @@ def flatten_yaml(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield full, value
 
 
+MAX_FILE_BYTES = 1 << 20  # a config file or a token file; anything larger is not one
+
+
+def read_regular_file(path: str, what: str) -> bytes:
+    """A small regular file's bytes, without blocking: a FIFO, a device or a directory is refused at once
+    (``check --timeout 3`` with a FIFO as ``--config`` once hung until it was killed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{what}: {path} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{what}: {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                raise ConfigError(f"{what}: {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _yaml_loader(path: str) -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge (<<) supplies defaults that the mapping's own keys override
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                continue  # an unhashable key: construct_mapping names it
+            if duplicate:
+                raise ConfigError(f"--config: {path}: line {key_node.start_mark.line + 1}: {key!r} given twice")
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return UniqueKeyLoader
+
+
 def read_yaml(path: str) -> dict[str, Any]:
     import yaml  # lazy: only needed with --config
 
+    raw = read_regular_file(path, "--config")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
+        data = yaml.load(raw.decode("utf-8"), Loader=_yaml_loader(path))
     except UnicodeDecodeError as exc:
         byte = exc.object[exc.start]
         raise ConfigError(f"--config: {path} is not UTF-8 (byte 0x{byte:02x} at offset {exc.start})") from None
@@ -488,7 +557,34 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from None
     if data is None:
         return {}
-    return dict(flatten_yaml(data))
+    out: dict[str, Any] = {}
+    for key, value in flatten_yaml(data):
+        if key in out:  # `web.listen-address:` and `web: {listen-address:}` in one file
+            raise ConfigError(f"--config: {path}: {key!r} given twice")
+        out[key] = value
+    return out
+
+
+# Settings where an empty value from the environment or a flag means "not given": an empty
+# FLEETSCOPE_PUSH_TOKEN (a variable a template left blank) must not turn off the YAML file's token.
+EMPTY_IS_UNSET = frozenset({"push.token", "push.token-file"})
+
+
+def _resolve_token(values: dict[str, Any]) -> None:
+    """push.token-file read into push.token; both at once is a mistake, not a precedence."""
+    path = values.pop("push.token-file", "")
+    if not path:
+        return
+    if values.get("push.token"):
+        raise ConfigError("push.token and push.token-file both given: give one, not both")
+    try:
+        token = parse_token(read_regular_file(path, "push.token-file").decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"push.token-file: {path} is not UTF-8 text") from None
+    if not token:
+        raise ConfigError(f"push.token-file: {path} is empty: a token file without a token would turn auth off")
+    values["push.token"] = token
+    values["push.token-file"] = path
 
 
 def load(
@@ -515,10 +611,14 @@ def load(
             continue
         if name not in known_env:
             raise ConfigError(f"environment: unknown setting {name}")
+        if known_env[name] in EMPTY_IS_UNSET and not str(value).strip():
+            continue
         raw[known_env[name]] = (value, f"environment {name}")
     for key, value in (flags or {}).items():
         if key not in table:
             raise ConfigError(f"unknown flag --{key}")
+        if key in EMPTY_IS_UNSET and not str(value).strip():
+            continue
         raw[key] = (value, f"--{key}")
 
     values: dict[str, Any] = {}
@@ -527,6 +627,7 @@ def load(
             values[key] = table[key].parse(value)
         except ValueError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
+    _resolve_token(values)
 
     sections: dict[str, Any] = {}
     for section, cls in SECTIONS.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import configparser
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,12 @@ def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
 
     result = run()
     assert result.returncode == 0, result.stderr
+    # The config may hold the push token: root only (it was installed 0644, #30 item 6).
+    config = root / "etc" / "fleetscope" / "config.yaml"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    config.write_text("push:\n  token: s3cret\n")
+    config.chmod(0o644)
+    assert run().returncode == 0 and stat.S_IMODE(config.stat().st_mode) == 0o600
     binary = root / "opt" / "fleetscope" / "venv" / "bin" / "fleetscope"
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
     assert version.returncode == 0 and version.stdout.startswith("fleetscope ")
@@ -118,7 +125,6 @@ def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
     for script in ("healthcheck.sh", "prolog.sh", "epilog.sh", "task-prolog.sh"):
         assert os.access(root / "opt" / "fleetscope" / "slurm" / script, os.X_OK)
     # A second run keeps the operator's config, and refuses one the daemon would reject before touching systemd.
-    config = root / "etc" / "fleetscope" / "config.yaml"
     config.write_text("gpu:\n  expected-cuont: 8\n")
     refused = run()
     assert refused.returncode == 1 and "not accepted" in refused.stderr

@@ -92,6 +92,18 @@ def test_token_is_required_when_configured() -> None:
     assert collector.store.view().rejected == {"unauthorized": 4}
 
 
+def test_a_token_written_with_a_trailing_newline_matches_at_both_ends(tmp_path) -> None:
+    """#30 item 6: `echo s3cret > file` gives "s3cret\\n"; the daemon stripped the supplied token, not its own."""
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    for flags in ({"token": "s3cret\n"}, {"token_file": str(token_file)}):
+        client, _ = make_client(**flags)
+        for supplied in ("s3cret", "s3cret\t", " s3cret"):
+            ok = client.post("/api/v1/steps", json=record(), headers={"Authorization": f"Bearer {supplied}"})
+            assert ok.status_code == 200, (flags, supplied)
+        assert client.post("/api/v1/steps", json=record(), headers={"Authorization": "Bearer s3cre"}).status_code == 401
+
+
 def test_job_end_removes_its_series_at_once() -> None:
     client, collector = make_client()
     client.post("/api/v1/steps", json=[record(rank=0), record(rank=1), record(job="k")])

@@ -151,14 +151,14 @@ def _naming_setting(exc: GroupTooLarge | GroupLimitExceeded) -> str:
 def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> APIRouter:
     inflight = InflightBudget(max(config.max_inflight_bytes, config.max_body_bytes))
 
+    expected = config.token.strip().encode()  # trimmed at both ends: a token file's newline is no part of it
+
     def require_token(request: Request) -> None:
-        if not config.token:
+        if not expected:
             return
         header = request.headers.get("authorization", "")
         scheme, _, supplied = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            supplied.strip().encode(), config.token.encode()
-        ):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), expected):
             raise PushRefused(
                 401,
                 "unauthorized",
