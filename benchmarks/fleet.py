@@ -107,8 +107,8 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
                 report = {"job": "llama", "rank": rank, "local_rank": rank, "world_size": 64, "gpu": rank,
                           "pid": os.getpid(), "start_time": start_time,
                           "steps": [{"step": 10, "step_seconds": 1.0, "timestamp": now - 0.1, "data_seconds": 0.02,
-                                     "compute_seconds": 0.78, "comm_seconds": 0.2, "tokens": 32768, "samples": 8,
-                                     "loss": 2.5}],
+                                     "fetch_seconds": 0.05, "compute_seconds": 0.78, "comm_seconds": 0.2,
+                                     "tokens": 32768, "samples": 8, "loss": 2.5}],
                           "position": {"step": 11, "phase": "compute", "since": now - 0.05}}
                 assert client.post("/api/v1/report", json=report).status_code == 200
             response = client.get("/metrics")

@@ -91,10 +91,15 @@ RANK_FIELDS: tuple[Field, ...] = (
 STEP_FIELDS: tuple[Field, ...] = (
     Field("step", Role.NUMBER, "int", "Step number (optimizer updates so far).", required=True, minimum=0,
           below=MAX_COUNT),
-    Field("step_seconds", Role.DURATION, "float", "Wall time of the step.", required=True, minimum=0,
-          maximum=MAX_STEP_SECONDS),
-    Field("data_seconds", Role.DURATION, "float", "Time spent waiting for input data.", minimum=0,
-          maximum=MAX_STEP_SECONDS),
+    Field("step_seconds", Role.DURATION, "float",
+          "Wall time of the step (on a GPU the device's: from the end of the previous step's work to the end "
+          "of this one's).", required=True, minimum=0, maximum=MAX_STEP_SECONDS),
+    Field("data_seconds", Role.DURATION, "float",
+          "Time the rank waited for input: on a GPU the device's idle time while the host fetched (CUDA events "
+          "at the step's edges), elsewhere the host's fetch time.", minimum=0, maximum=MAX_STEP_SECONDS),
+    Field("fetch_seconds", Role.DURATION, "float",
+          "Host time the training loop spent fetching the step's input (the loader's latency), whatever the "
+          "device did meanwhile.", minimum=0, maximum=MAX_STEP_SECONDS),
     Field("compute_seconds", Role.DURATION, "float",
           "The rank's own work (forward, backward, optimizer), excluding collective waits.", minimum=0,
           maximum=MAX_STEP_SECONDS),

@@ -339,16 +339,20 @@ def test_a_loop_that_times_itself_says_where_it_is() -> None:
     tracker.close(timeout=0.1)
 
 
+class Event:
+    """A device event the test completes by hand (``at``: its time on the device)."""
+
+    def __init__(self, at: float = 0.0) -> None:
+        self.at, self.done = at, False
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: Event) -> float:
+        return (end.at - self.at) * 1000.0
+
+
 def test_a_device_still_waiting_in_a_collective_reports_comm() -> None:
-    class Event:
-        done = False
-
-        def query(self) -> bool:
-            return self.done
-
-        def elapsed_time(self, end: Event) -> float:
-            return 0.0
-
     events: list[Event] = []
 
     def marker() -> Event:  # the device seam watch() attaches for a model on a GPU
@@ -360,25 +364,19 @@ def test_a_device_still_waiting_in_a_collective_reports_comm() -> None:
     with tracker.step():
         mark = tracker.timeline.enter("comm", since=time.perf_counter() - 5)  # as watch() times an NCCL wait
         tracker.timeline.leave(mark)  # the host ran ahead: the launch returned at once
+        assert tracker.position()["phase"] == "idle"  # the device has not even reached the step's start
+        events[0].done = True
+        assert tracker.position()["phase"] == "compute"  # ... it has, but not the collective
+        for event in events[:-1]:
+            event.done = True  # ... now it has, and waits in it
         position = tracker.position()
         assert position["phase"] == "comm" and position["since"] <= time.time() - 5
-        for event in events:
-            event.done = True
+        events[-1].done = True
         assert tracker.position()["phase"] == "compute"
     tracker.close(timeout=0.1)
 
 
 def test_device_times_are_pushed_once_their_events_complete() -> None:
-    class Event:
-        def __init__(self, at: float) -> None:
-            self.at, self.done = at, False
-
-        def query(self) -> bool:
-            return self.done
-
-        def elapsed_time(self, end: Event) -> float:
-            return (end.at - self.at) * 1000.0
-
     tracker = Captured()
     start, end = Event(0.0), Event(0.25)
     with tracker.step():
@@ -435,3 +433,17 @@ def test_a_forked_child_never_speaks_for_the_rank() -> None:
                 proc.stdin.close()
             proc.wait(30)
         assert wait_for(lambda: position_of(daemon, "fork").phase == "ended", 10)
+
+
+def test_steps_whose_device_never_completes_go_with_the_hosts_figures_at_close() -> None:
+    tracker = Captured()
+    tracker.timeline.use_device(Event)  # events the device never reaches (a hung GPU)
+    for _ in tracker.steps([1, 2]):
+        time.sleep(0.002)
+    assert tracker.entries == []  # waiting for the device, never synchronising it
+    tracker.close(timeout=0.2)  # waits up to 0.1 s for the device, then the host's clock
+    assert [e["step"] for e in tracker.entries] == [1, 2]
+    for entry in tracker.entries:
+        assert entry["data_seconds"] == entry["fetch_seconds"]
+        assert entry["step_seconds"] >= 0.002
+        assert entry["step_seconds"] == pytest.approx(entry["data_seconds"] + entry["compute_seconds"])

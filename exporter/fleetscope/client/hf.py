@@ -8,7 +8,9 @@ itself does not. A step is one optimizer update (``state.global_step``), from
 the Trainer's ``on_step_begin`` to its ``on_step_end``, plus the fetch of its
 batches before it: ``data_seconds`` is the time from the end of the previous
 step's work (its logging, evaluation or checkpoint included) to this step's
-begin, where the Trainer fetches the step's micro-batches. The model the
+begin, where the Trainer fetches the step's micro-batches (``fetch_seconds``
+too; on a GPU ``data_seconds`` is the device's idle time over that gap, from
+CUDA events recorded at its two ends). The model the
 Trainer trains is watched (:meth:`StepTracker.watch`), so the collective
 waits of DDP or FSDP are ``comm_seconds`` and the rest is
 ``compute_seconds``. The loss is the last one the Trainer logged
@@ -34,6 +36,7 @@ class FleetscopeCallback(TrainerCallback):
         self._tracker_kwargs = tracker_kwargs
         self._step: Step | None = None
         self._work_done: float | None = None  # when the previous step's own work last ended
+        self._work_done_event: Any = None  # ... and the device event recorded then (on a GPU)
         self._loss: float | None = None
         self._tokens_seen = 0
         self._watched = False
@@ -56,12 +59,14 @@ class FleetscopeCallback(TrainerCallback):
 
     def _mark_work_done(self) -> None:
         self._work_done = time.perf_counter()
+        self._work_done_event = self.tracker.timeline.mark() if self.tracker is not None else None
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.tracker is None:
             return
-        if self._work_done is not None:
-            self.tracker.timeline.book("data", time.perf_counter() - self._work_done, before_step=True)
+        if self._work_done is not None:  # the Trainer fetched the step's batches since: a data phase
+            timeline = self.tracker.timeline
+            timeline.leave(timeline.enter("data", since=self._work_done, event=self._work_done_event))
         self._step = self.tracker.step(state.global_step + 1)
         self._step.__enter__()
 

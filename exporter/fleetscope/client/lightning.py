@@ -8,7 +8,8 @@ Importing this module imports Lightning (``lightning.pytorch``, or the older
 one optimizer update (``trainer.global_step`` advancing, so gradient
 accumulation is counted once), from the end of the previous step to the end
 of its last micro-batch. ``data_seconds`` sums the gaps between one batch's
-end and the next batch's start, where Lightning fetches the batch. The model
+end and the next batch's start, where Lightning fetches the batch (on a GPU,
+the device's idle time over those gaps; ``fetch_seconds`` the host's). The model
 the strategy trains (DDP-wrapped, or FSDP) is watched
 (:meth:`StepTracker.watch`), so collective waits are ``comm_seconds`` and the
 rest is ``compute_seconds``. The loss is reported only when it is already on
@@ -45,6 +46,7 @@ class FleetscopeCallback(Callback):
     def _reset(self) -> None:
         self._step: Step | None = None
         self._last_end: float | None = None
+        self._last_end_event: Any = None  # the device event recorded at the last batch's end (on a GPU)
         self._samples = 0
         self._last_global_step: int | None = None
 
@@ -66,13 +68,13 @@ class FleetscopeCallback(Callback):
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self.tracker is None:
             return
-        gap = time.perf_counter() - self._last_end if self._last_end is not None else 0.0
+        timeline = self.tracker.timeline
+        if self._last_end is not None:  # Lightning fetched this batch since the last one ended: a data phase
+            # (before a step, it counts in the step's wall time; in one, a later micro-batch's fetch is inside it)
+            timeline.leave(timeline.enter("data", since=self._last_end, event=self._last_end_event))
         if self._step is None:
-            self.tracker.timeline.book("data", gap, before_step=True)
             self._step = self.tracker.step(trainer.global_step + 1)
             self._step.__enter__()
-        else:  # a later micro-batch of the same optimizer step: its fetch is inside the step
-            self.tracker.timeline.book("data", gap)
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -82,7 +84,7 @@ class FleetscopeCallback(Callback):
             self._samples += size
         step = self._step
         if trainer.global_step == self._last_global_step or step is None:
-            self._last_end = time.perf_counter()
+            self._batch_ended()
             return  # an accumulation micro-batch: the optimizer has not stepped yet
         self._last_global_step = trainer.global_step
         step.step = trainer.global_step
@@ -91,7 +93,11 @@ class FleetscopeCallback(Callback):
         step.__exit__(None, None, None)
         self._step = None
         self._samples = 0
+        self._batch_ended()
+
+    def _batch_ended(self) -> None:
         self._last_end = time.perf_counter()
+        self._last_end_event = self.tracker.timeline.mark() if self.tracker is not None else None
 
     def _loss(self, outputs: Any) -> float | None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs

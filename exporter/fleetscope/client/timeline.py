@@ -11,8 +11,13 @@ callbacks. It offers four things:
 * :meth:`Timeline.begin_step` and :meth:`Timeline.end_step`: the step's edges;
 * device events: :meth:`Timeline.use_device` attaches a *marker* (a function that records an event
   on the rank's current device stream and returns it: ``torch.cuda.Event``'s ``record``,
-  ``query`` and ``elapsed_time``, or the test double's); a phase timed on the device then books the
-  events' elapsed time, read once they completed, never by waiting for the device.
+  ``query`` and ``elapsed_time``, or the simulated device's, ``fleetscope_sim.device``).
+
+With a marker, events are recorded at every edge that matters (a data or comm phase's start and
+end, a step's first edge and its end) and read once complete, never by waiting for the device. A
+step then waits (in order) for its events, and goes with the device's view: its wall time from its
+first edge to its end, data and comm as the device spent them, compute the rest; the host's time in
+data phases stays as ``fetch_seconds``. The same events say where the device is (:meth:`position`).
 
 The training thread writes; the sender thread only reads :meth:`Timeline.position`, which the
 training thread updates by replacing one attribute per phase change.
@@ -29,11 +34,17 @@ from fleetscope import record
 
 # Phases whose time a step's record carries, by the record field that carries it.
 PHASES = {name: f"{name}_seconds" for name in ("data", "compute", "comm")}
-assert set(PHASES.values()) <= set(record.names(record.Role.DURATION, record.STEP_FIELDS))
+FETCH = "fetch_seconds"  # the host's time in data phases: the loader's latency, whatever the device did meanwhile
+assert {*PHASES.values(), FETCH} <= set(record.names(record.Role.DURATION, record.STEP_FIELDS))
 _DATA, _COMPUTE, _COMM = PHASES["data"], PHASES["compute"], PHASES["comm"]
-MAX_PENDING_DEVICE = 64  # steps awaiting device events before their host-clock times are used instead
-DEVICE_TIMED = frozenset({"comm"})  # phases a device's events time, where the rank has a device
 _BOOKED = {name: field for name, field in PHASES.items() if name != "compute"}  # compute is the rest
+DEVICE_TIMED = frozenset({"data", "comm"})  # phases a device's events time, where the rank has a device
+MAX_PENDING_DEVICE = 64  # steps awaiting device events before their host-clock times are used instead
+MAX_MARKS = 4096  # device events kept to tell where the device is (about 800 steps of 5)
+# Host phases in which the host may be ahead of its device (launching, or blocked on a full launch queue or
+# a synchronising read): there the device's own position is the rank's. In data or comm the host's is, and
+# in a phase of the user's naming (``other``: a checkpoint, an evaluation), which declares a pause.
+_HOST_MAY_RUN_AHEAD = frozenset({"compute", "idle"})
 
 Position = tuple[int, str, float]  # (step, phase, since on the perf_counter clock)
 
@@ -65,13 +76,16 @@ class Mark:
 class Collected:
     """The time a step has collected so far (also what is carried to the next step between steps)."""
 
-    __slots__ = ("compute_added", "events", "seconds", "wall")
+    __slots__ = ("compute_added", "end", "events", "fetch", "first", "seconds", "wall")
 
     def __init__(self) -> None:
         self.wall = 0.0  # phases timed outside the step, counted in its wall time
         self.seconds: dict[str, float] = {}
         self.events: list[tuple[str, DeviceEvent, DeviceEvent, float]] = []  # (field, start, end, host seconds)
         self.compute_added = False
+        self.fetch: float | None = None  # host seconds in data phases
+        self.first: DeviceEvent | None = None  # the device's edge where the step's wall time starts
+        self.end: DeviceEvent | None = None  # ... and where it ends
 
 
 class Timeline:
@@ -86,24 +100,39 @@ class Timeline:
         # wall-clock read on the training thread); position() converts it.
         self._position: Position = (1, "idle", time.perf_counter())
         self._marker: Marker | None = None
-        self._device_wait: tuple[DeviceEvent, float] | None = None  # (end event, start) of a device wait
+        # Every device event recorded, oldest first, with the host's position when it was recorded: the
+        # first one not yet complete says where the device is. Completed ones are dropped at each step.
+        self._marks: deque[tuple[DeviceEvent, Position]] = deque(maxlen=MAX_MARKS)
         self._pending: deque[tuple[dict[str, Any], Collected]] = deque()  # steps awaiting device events
 
     # -- where the rank is ------------------------------------------------------------------------
 
     def position(self) -> dict[str, Any]:
-        """Where the rank is now: the step it is in, its phase and since when (Unix time)."""
+        """Where the rank is now: the step it is in, its phase and since when (Unix time).
+
+        That is the host's, unless the host may have run ahead of its device (in compute, or between
+        steps) and the device has not reached the newest event recorded: then the
+        device's, which is where the host was when it recorded the first event the device has not reached.
+        So a rank whose host ran ahead, or blocks on its launch queue, while its device still waits in a
+        collective reports ``comm``; a device still busy with a step's work reports that step's phase.
+        """
         step, phase, since = self._position
-        device_wait = self._device_wait
-        if device_wait is not None and phase in ("compute", "other"):
-            end, started = device_wait
-            try:
-                waiting = not end.query()  # a thread-safe, non-blocking look at the device
-            except Exception:
-                waiting = False
-            if waiting:  # the host ran ahead; the device still waits in a collective
-                phase, since = "comm", min(since, started)
+        if phase in _HOST_MAY_RUN_AHEAD and self._marks:
+            device = self._device_position()
+            if device is not None:
+                step, phase, since = device
         return {"step": step, "phase": phase, "since": time.time() - (time.perf_counter() - since)}
+
+    def _device_position(self) -> Position | None:
+        """Where the host was when it recorded the first event the device has not completed (None: none)."""
+        try:
+            marks = tuple(self._marks)  # the training thread appends and drops meanwhile
+            for event, where in marks:
+                if not event.query():  # thread-safe and non-blocking on CUDA
+                    return where
+        except Exception:  # a look at the device must never break the heartbeat
+            return None
+        return None
 
     @property
     def step(self) -> int:
@@ -118,18 +147,24 @@ class Timeline:
 
     # -- phases -----------------------------------------------------------------------------------
 
-    def enter(self, phase: str, since: float | None = None) -> Mark:
+    def enter(self, phase: str, since: float | None = None, event: DeviceEvent | None = None) -> Mark:
         """The rank is in ``phase`` from now, or from ``since`` (a ``time.perf_counter()`` reading).
 
         ``data`` and ``comm`` are booked as such when left; ``compute`` and other names only say where the
         rank is (their time is the step's compute, the rest of the step). Leave it with :meth:`leave`.
+        With a device, ``data`` and ``comm`` are timed by device events (recorded now, or ``event``: one
+        :meth:`mark` recorded at ``since``); ``data`` keeps the host's time too, as the fetch.
         """
         started = time.perf_counter() if since is None else since
-        step, saved, _ = self._position
-        event = self.mark() if self._marker is not None and phase in DEVICE_TIMED else None
-        self._position = (step, phase if phase in PHASES else "other", started)
+        position = self._position
+        carry_edge = self._current is None and self._depth == 0 and self._carry.first is None
+        if event is None and self._marker is not None and (phase in DEVICE_TIMED or carry_edge):
+            event = self._record(position)
+        if carry_edge:
+            self._carry.first = event  # the step's wall time starts here, on the device too
+        self._position = (position[0], phase if phase in PHASES else "other", started)
         self._depth += 1
-        return Mark(phase, _BOOKED.get(phase), saved, started, event)
+        return Mark(phase, _BOOKED.get(phase), position[1], started, event if phase in DEVICE_TIMED else None)
 
     def leave(self, mark: Mark) -> float:
         """Back to the phase before ``mark``'s; books its time (host seconds, or its device events). Returns the
@@ -137,24 +172,29 @@ class Timeline:
         now = time.perf_counter()
         elapsed = now - mark.started
         self._depth -= 1
-        self._position = (self._position[0], mark.saved, now)
+        position = self._position
+        self._position = (position[0], mark.saved, now)
+        # Recorded after the position changed: recording blocks while the launch queue is full, and a host
+        # blocked on its device is not in the phase it left (a fetch that ended). The device reaches this
+        # event at the end of the phase's region, so it carries the phase's position.
+        end = self._record(position) if mark.event is not None else None
         target = self._current or self._carry
         if self._current is None and self._depth == 0:
             target.wall += elapsed  # outside a step: part of the next step's wall time
-        end = self.mark() if mark.event is not None else None
-        if mark.field is None:
-            pass
-        elif mark.event is not None and end is not None:
-            target.events.append((mark.field, mark.event, end, elapsed))
-            self._device_wait = (end, mark.started)
-        else:
-            target.seconds[mark.field] = target.seconds.get(mark.field, 0.0) + elapsed
+        field = mark.field
+        if field is not None:
+            if field == _DATA:
+                target.fetch = (target.fetch or 0.0) + elapsed
+            if mark.event is not None and end is not None:
+                target.events.append((field, mark.event, end, elapsed))
+            else:
+                target.seconds[field] = target.seconds.get(field, 0.0) + elapsed
         return elapsed
 
     def book(self, phase: str, seconds: float, *, before_step: bool = False) -> None:
         """Book ``seconds`` measured elsewhere to ``phase`` (``data``, ``compute`` or ``comm``) of the open step,
-        or of the next one when none is open. ``before_step``: the time passed outside the step (a framework's
-        batch fetch) and counts in the next step's wall time too. Booked ``compute`` replaces "the rest"."""
+        or of the next one when none is open. ``before_step``: the time passed outside the step and counts in
+        the next step's wall time too. Booked ``compute`` replaces "the rest"."""
         field = PHASES[phase]
         if before_step and self._current is None and seconds > 0:
             self._carry.wall += seconds
@@ -176,13 +216,18 @@ class Timeline:
     def mark(self) -> DeviceEvent | None:
         """An event recorded now on the rank's current device stream (None without a device, or if recording
         failed: the host clock times that phase instead)."""
+        return self._record(self._position)
+
+    def _record(self, where: Position) -> DeviceEvent | None:
         if self._marker is None:
             return None
         try:
-            return self._marker()
+            event = self._marker()
         except Exception as exc:
             self._on_error(exc)
             return None
+        self._marks.append((event, where))
+        return event
 
     def book_device(self, phase: str, start: DeviceEvent, end: DeviceEvent, host_seconds: float) -> None:
         """Book the device time between two recorded events to ``phase`` once they completed
@@ -196,16 +241,25 @@ class Timeline:
         """Open a step (numbered ``next_step`` unless given); returns its number and start."""
         if number is None:
             number = self.next_step
-        self._current, self._carry = self._carry, Collected()
+        carry = self._carry
+        if carry.first is None and self._marker is not None:
+            carry.first = self._record(self._position)
+        self._current, self._carry = carry, Collected()
         started = time.perf_counter()
         self._position = (number, "compute", started)
         return number, started
 
     def end_step(self, number: int, started: float, fields: dict[str, Any] | None) -> None:
-        """Close the open step; ``fields`` (tokens, samples, loss) None: it failed and is not reported."""
+        """Close the open step; ``fields`` (tokens, samples, loss) None: it failed and is not reported.
+
+        With a device, the step waits (in order) until its events completed; then its wall time is the
+        device's from the step's first edge to its end, data and comm are the device's, and compute the rest.
+        """
         now = time.perf_counter()
         collected = self._current or Collected()
         self._current = None
+        if collected.first is not None:
+            collected.end = self._record(self._position)
         self._position = (number + 1, "idle", now)
         self.next_step = number + 1
         if fields is None:
@@ -214,12 +268,23 @@ class Timeline:
                                  "timestamp": time.time()}
         entry.update(collected.seconds)
         entry.update(fields)
-        if collected.events or self._pending:  # in order: behind steps awaiting their events
+        if collected.fetch is not None:
+            entry[FETCH] = collected.fetch
+        if collected.events or collected.end is not None or self._pending:  # in order, behind those waiting
             self._pending.append((entry, collected))
+            self._drop_completed_marks()
+            self.resolve(force=len(self._pending) > MAX_PENDING_DEVICE)
         else:
             self._deliver(_with_compute(entry, collected))
-        if self._pending:
-            self.resolve(force=len(self._pending) > MAX_PENDING_DEVICE)
+
+    def _drop_completed_marks(self) -> None:
+        marks = self._marks
+        try:
+            while marks and marks[0][0].query():
+                marks.popleft()
+        except Exception as exc:
+            self._on_error(exc)
+            marks.clear()
 
     def reported(self, number: int) -> None:
         """A step the caller timed itself was reported: the rank is between steps."""
@@ -231,25 +296,38 @@ class Timeline:
         step goes with its host-clock times if its events have not."""
         while self._pending:
             entry, collected = self._pending[0]
+            edges = (collected.first, collected.end) if collected.first is not None else None
+            step: float | None = None
             try:
-                done = all(end.query() for _, _, end, _ in collected.events)
+                done = all(end.query() for _, _, end, _ in collected.events) and (
+                    edges is None or edges[1] is None or edges[1].query())
                 if not done and not force:
                     return
                 # Too far behind: the host clock's measure rather than hold more records.
                 values = [(field, start.elapsed_time(end) / 1000.0 if done else host_seconds)
                           for field, start, end, host_seconds in collected.events]
+                if done and edges is not None and edges[1] is not None:
+                    step = max(0.0, edges[0].elapsed_time(edges[1]) / 1000.0)
             except Exception as exc:  # a device error: the host clock's measure
                 self._on_error(exc)
                 values = [(field, host_seconds) for field, _, _, host_seconds in collected.events]
+                step = None
+            if step is not None:
+                entry["step_seconds"] = step  # the device's view of the step: its wall time on the device
             for field, value in values:
                 entry[field] = entry.get(field, 0.0) + value
             self._pending.popleft()
             self._deliver(_with_compute(entry, collected))
             force = False
 
-    def flush(self) -> None:
-        """Deliver every step still awaiting device events (with host-clock times where they have not
-        completed)."""
+    def flush(self, wait: float = 0.0) -> None:
+        """Deliver every step still awaiting device events: those that complete within ``wait`` seconds
+        (polled, never synchronising the device) with the device's times, the rest with the host's."""
+        deadline = time.monotonic() + wait
+        while self._pending and time.monotonic() < deadline:
+            self.resolve()
+            if self._pending:
+                time.sleep(0.002)
         while self._pending:
             self.resolve(force=True)
 

@@ -15,6 +15,10 @@ It splits into ``data`` (phases named so, and the loader's fetches), ``comm``
 (exposed collective waits, from :meth:`StepTracker.watch` or phases named so)
 and ``compute``: what is left, the rank's own work. :meth:`StepTracker.add`
 books a duration measured elsewhere; added ``compute`` replaces the rest.
+``fetch`` is the host's time in data phases. On a GPU (a model ``watch()``-ed
+there), the step, data and comm are the device's, from CUDA events at the
+phases' edges read once complete: ``data`` is then the GPU's wait for input,
+``fetch`` the loader's latency (see :mod:`.timeline`).
 
 While the process lives, the sender thread reports the rank's *position*
 once a second: the step it is in, its phase (``data``, ``compute``, ``comm``,
@@ -40,7 +44,7 @@ from typing import Any, TypeVar
 
 from fleetscope.client.placement import detect, node_gpu, process_start_time, push_url
 from fleetscope.client.sender import Sender, SenderStats
-from fleetscope.client.timeline import PHASES, Mark, Timeline
+from fleetscope.client.timeline import FETCH, PHASES, Mark, Timeline
 
 logger = logging.getLogger("fleetscope.client")
 
@@ -330,6 +334,7 @@ class StepTracker:
         step: int | None = None,
         *,
         data_seconds: float | None = None,
+        fetch_seconds: float | None = None,
         compute_seconds: float | None = None,
         comm_seconds: float | None = None,
         tokens: int | None = None,
@@ -337,7 +342,8 @@ class StepTracker:
         loss: float | None = None,
         timestamp: float | None = None,
     ) -> None:
-        """Push one step measured by the caller."""
+        """Push one step measured by the caller (``fetch_seconds``: the host's time fetching its input, where
+        ``data_seconds`` is the device's wait for it)."""
         try:
             number = step if step is not None else self.timeline.next_step
             self.timeline.reported(number)
@@ -345,6 +351,7 @@ class StepTracker:
             entry["timestamp"] = timestamp if timestamp is not None else time.time()
             for key, value in (
                 (PHASES["data"], data_seconds),
+                (FETCH, fetch_seconds),
                 (PHASES["compute"], compute_seconds),
                 (PHASES["comm"], comm_seconds),
                 ("tokens", tokens),
@@ -371,7 +378,7 @@ class StepTracker:
             if not goodbye:
                 self.sender.abandon()
                 return
-            self.timeline.flush()
+            self.timeline.flush(wait=min(timeout / 2, 2.0))  # the device's last steps, if it finishes them
             self.sender.close(timeout)
         except Exception as exc:
             self.count_error(exc)

@@ -22,11 +22,17 @@ def _rank(name: str, kind: MetricKind, help: str, raw: str, unit: str = "") -> M
 
 STEPS_TOTAL = _rank("fleetscope_training_steps_total", "counter", "Steps the rank has reported.", "steps")
 STEP_SECONDS_TOTAL = _rank(
-    "fleetscope_training_step_seconds_total", "counter", "Wall time of the reported steps.", "step_seconds",
+    "fleetscope_training_step_seconds_total", "counter",
+    "Wall time of the reported steps (on a GPU the device's, from one step's end to the next's).", "step_seconds",
     "seconds")
 DATA_SECONDS_TOTAL = _rank(
-    "fleetscope_training_data_seconds_total", "counter", "Time the rank waited for input data.", "data_seconds",
-    "seconds")
+    "fleetscope_training_data_seconds_total", "counter",
+    "Time the rank waited for input data: on a GPU the device's idle time while the host fetched the batch, "
+    "elsewhere the host's fetch time.", "data_seconds", "seconds")
+FETCH_SECONDS_TOTAL = _rank(
+    "fleetscope_training_fetch_seconds_total", "counter",
+    "Host time the rank's training loop spent fetching input (the loader's latency), whatever the device did "
+    "meanwhile.", "fetch_seconds", "seconds")
 COMPUTE_SECONDS_TOTAL = _rank(
     "fleetscope_training_compute_seconds_total", "counter",
     "The rank's own work (forward, backward, optimizer), excluding collective waits.", "compute_seconds",
@@ -52,6 +58,10 @@ DATA_SECONDS_MEDIAN = _rank(
     "fleetscope_training_data_seconds_median", "gauge",
     "Median data wait over the rank's last push.median-window steps that reported it.", "data_seconds_median",
     "seconds")
+FETCH_SECONDS_MEDIAN = _rank(
+    "fleetscope_training_fetch_seconds_median", "gauge",
+    "Median host fetch time (the loader's latency) over the rank's last push.median-window steps that reported it.",
+    "fetch_seconds_median", "seconds")
 COMPUTE_SECONDS_MEDIAN = _rank(
     "fleetscope_training_compute_seconds_median", "gauge",
     "Median compute time over the rank's last push.median-window steps that reported it.", "compute_seconds_median",
@@ -89,9 +99,10 @@ TABLE = table(
     "expire after push.rank-ttl without pushes (5 minutes once the rank said goodbye).",
     [
         *((spec.raw, spec) for spec in (
-            STEPS_TOTAL, STEP_SECONDS_TOTAL, DATA_SECONDS_TOTAL, COMPUTE_SECONDS_TOTAL, COMM_SECONDS_TOTAL,
-            TOKENS_TOTAL, SAMPLES_TOTAL, LAST_STEP, LAST_STEP_TIMESTAMP_SECONDS, LAST_PUSH_TIMESTAMP_SECONDS,
-            LOSS, STEP_SECONDS_MEDIAN, DATA_SECONDS_MEDIAN, COMPUTE_SECONDS_MEDIAN, COMM_SECONDS_MEDIAN,
+            STEPS_TOTAL, STEP_SECONDS_TOTAL, DATA_SECONDS_TOTAL, FETCH_SECONDS_TOTAL, COMPUTE_SECONDS_TOTAL,
+            COMM_SECONDS_TOTAL, TOKENS_TOTAL, SAMPLES_TOTAL, LAST_STEP, LAST_STEP_TIMESTAMP_SECONDS,
+            LAST_PUSH_TIMESTAMP_SECONDS, LOSS, STEP_SECONDS_MEDIAN, DATA_SECONDS_MEDIAN, FETCH_SECONDS_MEDIAN,
+            COMPUTE_SECONDS_MEDIAN, COMM_SECONDS_MEDIAN,
         )),
         ("rank_info", RANK_INFO),
     ],
