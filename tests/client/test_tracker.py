@@ -143,7 +143,9 @@ def test_report_with_own_timings() -> None:
         view = rank_view(daemon, "manual", 1)
     values = view.values
     assert [values[f"{name}_seconds"] for name in ("step", "data", "compute", "comm")] == [1.0, 0.1, 0.7, 0.2]
-    assert (values["tokens"], values["loss"], values["timestamp"]) == (64, 2.0, 1_700_000_000.0)
+    assert (values["tokens"], values["loss"]) == (64, 2.0)
+    # The daemon keeps instants on its monotonic clock and exports them as wall time again (#30 item 4).
+    assert values["timestamp"] == pytest.approx(1_700_000_000.0, abs=1e-3)
 
 
 def test_report_never_raises_on_garbage() -> None:
