@@ -31,8 +31,14 @@ from typing import Any
 
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.utils import floatToGoString
+
+from fleetscope.compat import (
+    MOVED_SUFFIXES,
+    OPENMETRICS_UNDERSCORES,
+    float_text,
+    openmetrics_plain_names_encoder,
+    sample_parts,
+)
 
 OPENMETRICS_TYPE = "application/openmetrics-text"
 OPENMETRICS_EOF = b"# EOF\n"
@@ -80,13 +86,10 @@ def _plain_names(metric: Metric) -> bool:
 
 
 def _format(encoder: Encoder, content_type: str) -> Format:
-    if content_type.startswith(OPENMETRICS_TYPE) and content_type.endswith(f"escaping={openmetrics.UNDERSCORES}"):
+    if content_type.startswith(OPENMETRICS_TYPE) and content_type.endswith(f"escaping={OPENMETRICS_UNDERSCORES}"):
         version = _VERSION.search(content_type)
         if version is not None:
-            plain = functools.partial(
-                openmetrics.generate_latest, escaping=openmetrics.ALLOWUTF8, version=version.group(1)
-            )
-            return Format(content_type, encoder, plain)
+            return Format(content_type, encoder, openmetrics_plain_names_encoder(version.group(1)))
     return Format(content_type, encoder)
 
 
@@ -174,8 +177,6 @@ def render(metrics: Sequence[Metric], fmt: Format) -> Chunk:
     return Chunk(fmt.encoder_for(metrics)(_Families(metrics)).removesuffix(OPENMETRICS_EOF))
 
 
-# Samples the text format moves out of their family into one of their own: never cut into a template.
-_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
 FamilyKey = tuple[str, str, str, str, int]
 MAX_TEMPLATES = 8
 
@@ -188,8 +189,11 @@ class _Template:
     """A rendering cut around its sample values, to write the next reading of the same series.
 
     Built from the encoder's own output and checked against it: each sample line
-    must be the text before the value, a space, then ``floatToGoString(value)``
-    (what both encoders write for a sample without timestamp or exemplar). A
+    must be the text before the value, a space, then the value as the encoders
+    write it (:data:`fleetscope.compat.float_text`), which holds for a plain sample
+    (no timestamp, exemplar or native histogram). Samples the text encoder moves
+    into a family of their own (:data:`fleetscope.compat.MOVED_SUFFIXES`) are never
+    cut into a template. A
     reading whose families and series match (names, types, help, units, labels,
     in order) gets its values put between the same pieces of text.
     """
@@ -208,9 +212,8 @@ class _Template:
         values: list[float] = []
         for metric in metrics:
             families.append(_family_key(metric))
-            for name, labels, value, timestamp, exemplar, native in metric.samples:
-                extras = timestamp is not None or exemplar is not None or native is not None
-                if extras or name.endswith(_MOVED_SUFFIXES):
+            for name, labels, value, plain in sample_parts(metric):
+                if not plain or name.endswith(MOVED_SUFFIXES):
                     return None
                 keys.append((name, labels))
                 values.append(value)
@@ -221,7 +224,7 @@ class _Template:
                 pending.append(line + "\n")
                 continue
             prefix, _, value_text = line.rpartition(" ")
-            if len(pieces) >= len(values) or value_text != floatToGoString(values[len(pieces)]):
+            if len(pieces) >= len(values) or value_text != float_text(values[len(pieces)]):
                 return None
             pending.append(prefix + " ")
             pieces.append("".join(pending))
@@ -240,11 +243,11 @@ class _Template:
         for metric, family in zip(metrics, self.families, strict=True):
             if _family_key(metric) != family:
                 return None
-            for name, labels, value, timestamp, exemplar, native in metric.samples:
+            for name, labels, value, plain in sample_parts(metric):
                 key = keys[len(values)]  # in range: the family keys hold the sample counts
-                if key[0] != name or key[1] != labels or timestamp is not None or exemplar is not None or native:
+                if key[0] != name or key[1] != labels or not plain:
                     return None
-                values.append(floatToGoString(value))
+                values.append(float_text(value))
         out = [""] * (2 * len(values) + 1)
         out[0::2] = self.pieces
         out[1::2] = values

@@ -37,8 +37,17 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from fleetscope.compat import (
+    H11Protocol,
+    abandon_request,
+    answering,
+    between_requests,
+    client_state,
+    event_loop,
+    open_connections,
+    transport,
+)
 from fleetscope.listeners import ListenerStats
 
 SHUTDOWN_GRACE = 5  # seconds a stopping daemon waits for requests in progress
@@ -57,7 +66,11 @@ def _raw_response(status: int, reason: str, message: str, retry_after: int | Non
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with read deadlines and a per-listener connection cap (see the module)."""
+    """uvicorn's h11 protocol with read deadlines and a per-listener connection cap (see the module).
+
+    What it reads of uvicorn's protocol goes through :mod:`fleetscope.compat` (``client_state``,
+    ``open_connections``, the request cycle's flags): uvicorn does not export this class.
+    """
 
     stats: ClassVar[ListenerStats]
 
@@ -81,7 +94,7 @@ class GuardedH11Protocol(H11Protocol):
         self.stats.opened(1)
         self._waiting_since = time.monotonic()
         self._header_timer = self._arm(self.stats.limits.read_header_timeout, self._header_deadline)
-        if len(self.connections) > self.stats.limits.max_connections:
+        if len(open_connections(self)) > self.stats.limits.max_connections:
             self._make_room()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -100,13 +113,13 @@ class GuardedH11Protocol(H11Protocol):
         super().on_response_complete()
         self._waiting_since = time.monotonic()
         self._heard = False
-        if self.conn.their_state is not h11.IDLE:
+        if client_state(self) is not h11.IDLE:
             self._track_request()  # a pipelined request, or the rest of a body the app did not read
 
     # -- deadlines ------------------------------------------------------------------------------
 
     def _arm(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return self.loop.call_later(delay, callback)
+        return event_loop(self).call_later(delay, callback)
 
     def _cancel_timers(self) -> None:
         for timer in (self._header_timer, self._request_timer):
@@ -116,9 +129,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def _track_request(self) -> None:
         """Start or stop the deadlines as the client's side of the exchange moves on."""
-        if self.transport.is_closing():
+        if transport(self).is_closing():
             return
-        state = self.conn.their_state
+        state = client_state(self)
         if state is h11.IDLE:
             if self._header_timer is None:
                 self._header_timer = self._arm(self.stats.limits.read_header_timeout, self._header_deadline)
@@ -134,7 +147,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _header_deadline(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+        if transport(self).is_closing() or client_state(self) is not h11.IDLE:
             return
         self.stats.drop("read_header_timeout")
         self._close(_raw_response(408, "Request Timeout", "request headers not received in time "
@@ -142,34 +155,31 @@ class GuardedH11Protocol(H11Protocol):
 
     def _request_deadline(self) -> None:
         self._request_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+        if transport(self).is_closing() or client_state(self) is not h11.SEND_BODY:
             return
         self.stats.drop("read_timeout")
-        answered = self.cycle is not None and self.cycle.response_started
-        self._close(None if answered else _raw_response(
+        self._close(None if answering(self) else _raw_response(
             408, "Request Timeout", f"request body not received in time (web.read-timeout="
             f"{self.stats.limits.read_timeout:g}s)"))
 
     def _close(self, response: bytes | None) -> None:
         """Close the connection now, after ``response`` if the client has not been answered yet."""
         self._cancel_timers()
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.disconnected = True  # the app sees the client gone; whatever it sends is dropped
-            self.cycle.message_event.set()
+        abandon_request(self)  # the app sees the client gone; whatever it sends is dropped
         if response is not None:
-            self.transport.write(response)
-        self.transport.close()
+            transport(self).write(response)
+        transport(self).close()
 
     # -- the connection cap ---------------------------------------------------------------------
 
     def _waiting_on_client(self) -> bool:
         """Idle, or still sending its request (headers or body); not while its request is being answered."""
-        if self.transport.is_closing():
+        if transport(self).is_closing():
             return False
-        state = self.conn.their_state
+        state = client_state(self)
         if state is h11.IDLE:
-            return self.cycle is None or self.cycle.response_complete
-        return state is h11.SEND_BODY and self.cycle is not None and not self.cycle.response_started
+            return between_requests(self)
+        return state is h11.SEND_BODY and not between_requests(self) and not answering(self)
 
     def _make_room(self) -> None:
         """Close the connection that has waited longest on its client.
@@ -180,7 +190,7 @@ class GuardedH11Protocol(H11Protocol):
         victim: GuardedH11Protocol | None = None
         young = time.monotonic() - EVICTION_GRACE
         oldest = math.inf
-        for other in self.connections:
+        for other in open_connections(self):
             if other is self or not isinstance(other, GuardedH11Protocol):
                 continue
             since = other._waiting_since

@@ -26,6 +26,21 @@ def no_library_left() -> Iterator[None]:
     uninstall()
 
 
+def test_the_fake_takes_the_native_librarys_place_in_pynvml() -> None:
+    """The contract with pynvml's internals (set_native_library): its library slot, lock, symbol cache, refcount."""
+    assert isinstance(pynvml._nvmlGetFunctionPointer_cache, dict) and isinstance(pynvml._nvmlLib_refcount, int)
+    assert hasattr(pynvml.libLoadLock, "acquire")
+    fake = FakeNvml([FakeGpu()])
+    install(fake)
+    assert pynvml.nvmlLib is fake
+    pynvml.nvmlInit()
+    assert pynvml._nvmlLib_refcount == 1 and "nvmlDeviceGetCount_v2" not in pynvml._nvmlGetFunctionPointer_cache
+    assert pynvml.nvmlDeviceGetCount() == 1 and "nvmlDeviceGetCount_v2" in pynvml._nvmlGetFunctionPointer_cache
+    pynvml.nvmlShutdown()
+    uninstall()
+    assert pynvml.nvmlLib is None and pynvml._nvmlGetFunctionPointer_cache == {}
+
+
 def test_every_scenario_loads_with_unique_identities() -> None:
     assert {"h100_8x_healthy", "a100_8x", "mig_enabled", "lost_gpu", "xid_events", "hanging_call", "older_driver",
             "unsupported_fields"} <= set(scenario_names())

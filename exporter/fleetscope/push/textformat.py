@@ -27,6 +27,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from fleetscope.compat import parse_text_format
 from fleetscope.metrics.spec import NAMESPACE
 from fleetscope.push.grouping import EXPOSED_LABEL, GroupError, GroupKey
 
@@ -323,11 +324,9 @@ def parse_exposition(text: str, key: GroupKey, max_samples: int = 1 << 62) -> tu
 
     Raises :class:`GroupError` (400) or :class:`GroupTooLarge` (413, counted before parsing).
     """
-    from prometheus_client.parser import text_string_to_metric_families  # lazy: only pushes need it
-
     lines = _scan(text, max_samples)
     try:
-        parsed = list(text_string_to_metric_families(lines.text))
+        parsed = parse_text_format(lines.text)
     except Exception as exc:
         raise GroupError(f"body is not valid Prometheus text format: {exc}") from None
     builders: dict[str, _Builder] = {}
@@ -339,7 +338,8 @@ def parse_exposition(text: str, key: GroupKey, max_samples: int = 1 << 62) -> tu
             continue  # HELP/TYPE without samples: nothing to expose
         kind = family.type
         if kind == "counter" and lines.types.get(family.name) == "counter":
-            # "# TYPE c counter" over samples named c: the parser renames them c_total. Keep the
+            # "# TYPE c counter" over samples named c: the parser renames them c_total (a quirk
+            # fleetscope.compat.parse_text_format documents and tests/test_compat.py pins). Keep the
             # pushed name, as the Pushgateway does; without _total it can only be exposed untyped.
             kind = "unknown"
             samples = [(family.name, dict(s.labels), s.value) for s in family.samples]

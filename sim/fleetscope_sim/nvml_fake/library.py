@@ -802,24 +802,29 @@ class FakeNvml:
         return SUCCESS
 
 
-def install(fake: FakeNvml) -> None:
-    """Make ``pynvml`` use ``fake`` as its native library."""
+def set_native_library(library: FakeNvml | None) -> None:
+    """Put ``library`` where ``pynvml`` keeps its loaded ``libnvidia-ml`` (None: nothing loaded).
+
+    pynvml's internals, the one place the fake touches them: the module global ``nvmlLib`` under
+    ``libLoadLock``, the symbol cache ``_nvmlGetFunctionPointer_cache`` and the init refcount
+    ``_nvmlLib_refcount`` (nvidia-ml-py 12 and 13; sim/pyproject.toml bounds the binding).
+    """
     import pynvml  # type: ignore[import-untyped]
 
     with pynvml.libLoadLock:
-        pynvml.nvmlLib = fake
+        pynvml.nvmlLib = library
         pynvml._nvmlGetFunctionPointer_cache.clear()
         pynvml._nvmlLib_refcount = 0
+
+
+def install(fake: FakeNvml) -> None:
+    """Make ``pynvml`` use ``fake`` as its native library."""
+    set_native_library(fake)
 
 
 def uninstall() -> None:
     """Back to "no library loaded"; the next ``nvmlInit`` looks for the real one."""
-    import pynvml
-
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = None
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-        pynvml._nvmlLib_refcount = 0
+    set_native_library(None)
 
 
 class installed:
