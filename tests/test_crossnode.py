@@ -7,6 +7,8 @@ gives only when broken (errors, garbage, silence) come from a small stand-in her
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
 import urllib.parse
@@ -167,3 +169,28 @@ def test_no_url_is_could_not_tell() -> None:
     config = load({}, environ={})
     assert cross_node_findings(config.check, time.monotonic() + 1) == [
         Finding("training", "unknown", "", "check.prometheus-url is not set")]
+
+
+def test_a_repair_in_place_suspends_a_finding_of_history_until_the_node_is_flagged_again(prometheus, tmp_path) -> None:
+    repeat = [({"alertname": "TrainingNodeRepeatedlySlow", "instance": "n1"}, 1)]
+    flagged_since = {"now": 0}
+    answer = cluster_of_ten(repeat)
+
+    def with_flags(expr: str) -> tuple[int, Any]:
+        if "last_over_time(instance_training_job:fleetscope_training_straggler:count" in expr:
+            return vector(({}, flagged_since["now"])) if flagged_since["now"] else vector()
+        return answer(expr)
+
+    url = prometheus(with_flags)
+    repaired = tmp_path / "repaired"
+    settings = {"check.repaired-file": str(repaired)}
+    assert findings(url, **settings) == [("unhealthy", "repeat straggler")]
+    repaired.touch()
+    os.utime(repaired, (time.time() - 3600, time.time() - 3600))
+    (severity, message), = findings(url, **settings)
+    assert severity == "warning"
+    assert re.match(r"repeat straggler not counted: repaired 36\d\ds ago, not flagged since", message)
+    asked = [q for q in prometheus.asked if "last_over_time(instance_training_job" in q]
+    assert asked and all('instance="n1", cluster="c"}[36' in q for q in asked)
+    flagged_since["now"] = 1
+    assert findings(url, **settings) == [("unhealthy", "repeat straggler")]

@@ -333,6 +333,11 @@ class CheckConfig:
         "check.breaker-window", 600.0, parse_seconds,
         "The breaker counts every node that carried the finding at any time within this window.",
     )
+    repaired_file: str = setting(
+        "check.repaired-file", "/var/lib/fleetscope/repaired", parse_str,
+        "Touch this file after repairing the node in place: a finding that rests on days of history (a repeat "
+        "straggler) then counts again only once the node is flagged anew.",
+    )
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import time
 import urllib.error
@@ -34,6 +35,7 @@ from fleetscope.verdicts import (
     NodeFinding,
     allowed_nodes,
     breaker_tripped,
+    duration,
     findings_about,
     nodes_carrying,
     nodes_scraped,
@@ -151,8 +153,17 @@ def _ask(api: PrometheusApi, config: CheckConfig, instance: str) -> list[Finding
         return [Finding(SOURCE, "unknown", "", "Prometheus counts no fleetscope nodes to weigh findings against")]
     own = f"instance={quote(instance)}, cluster={quote(cluster)}"
     out = []
+    repaired = _repaired_at(config.repaired_file)
     for alert, samples in found.items():
         finding = FINDINGS_BY_ALERT[alert]
+        if finding.renewed_by and repaired is not None:
+            since = max(1.0, time.time() - repaired)
+            if not _count(api, f"count(last_over_time({finding.renewed_by}{{{own}}}[{duration(since)}]))"):
+                out.append(Finding(SOURCE, "warning", "", (
+                    f"{finding.words} not counted: repaired {duration(since)} ago, not flagged since "
+                    f"({config.repaired_file})"
+                )))
+                continue
         carrying = _count(api, nodes_carrying(finding, config.breaker_window, matchers=f"cluster={quote(cluster)}"))
         if breaker_tripped(carrying, nodes, config.breaker_percent):
             out.append(Finding(SOURCE, "unknown", "", (
@@ -162,6 +173,16 @@ def _ask(api: PrometheusApi, config: CheckConfig, instance: str) -> list[Finding
         else:
             out.append(Finding(SOURCE, "unhealthy", "", _describe(api, finding, samples, own)))
     return out
+
+
+def _repaired_at(path: str) -> float | None:
+    """When the node was last repaired in place: the repaired file's modification time, if there is one."""
+    if not path:
+        return None
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _count(api: PrometheusApi, expr: str) -> int:

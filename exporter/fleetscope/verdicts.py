@@ -34,7 +34,13 @@ import json
 import math
 from dataclasses import dataclass
 
-from fleetscope.signals import NODE_SLOWDOWN_CAUSES, NODE_STRAGGLER_JOBS, NODE_STRAGGLER_WINDOWS, indent
+from fleetscope.signals import (
+    NODE_JOB_STRAGGLERS,
+    NODE_SLOWDOWN_CAUSES,
+    NODE_STRAGGLER_JOBS,
+    NODE_STRAGGLER_WINDOWS,
+    indent,
+)
 
 # -- node conditions ------------------------------------------------------------------------------------
 
@@ -87,6 +93,9 @@ class NodeFinding:
     matchers: str = ""  # label matchers its alert series must match too
     requires: str = ""  # ...and PromQL they must share labels `on` with
     on: str = ""
+    # A finding that rests on history (days of it) outlives an in-place repair; after one
+    # (check.repaired-file) it counts again only once this series has a sample about the node.
+    renewed_by: str = ""
 
 
 FINDINGS: tuple[NodeFinding, ...] = (
@@ -94,6 +103,7 @@ FINDINGS: tuple[NodeFinding, ...] = (
         "TrainingNodeRepeatedlySlow", "repeat straggler",
         "Its ranks were stragglers in several jobs or separate windows within days: the jobs change, the "
         "node does not.",
+        renewed_by=NODE_JOB_STRAGGLERS,
     ),
     NodeFinding(
         "TrainingStragglerRank", "straggler",

@@ -153,7 +153,7 @@ def test_slurm_drains_the_repeat_offender_naming_the_finding(prometheus: str, tm
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "collector": {name: {"enabled": False} for name in ("efa", "netdev", "netstat", "ena", "gpu", "nccl")},
-        "check": {"prometheus-url": prometheus, "instance": "a03"},
+        "check": {"prometheus-url": prometheus, "instance": "a03", "repaired-file": str(tmp_path / "repaired")},
     }))
     command = slurm.bin / "fleetscope"
     command.write_text(f'#!/bin/sh\nPYTHONPATH="{os.path.join(ROOT, "exporter")}" exec "{sys.executable}" '
@@ -162,8 +162,9 @@ def test_slurm_drains_the_repeat_offender_naming_the_finding(prometheus: str, tm
     slurm.set_node("IDLE")
     drain = "update NodeName=gpu-st-1 State=DRAIN Reason=fleetscope: training: repeat straggler (3 jobs)"
     assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config)) == [drain]
-    # Repaired (here: Prometheus no longer blames it): fleetscope resumes the node it drained.
-    config.write_text(config.read_text().replace("instance: a03", "instance: a04"))
     slurm.set_node("IDLE+DRAIN", "fleetscope: training: repeat straggler (3 jobs)")
+    # Repaired in place: the operator touches the repaired file; the days of history no longer count until
+    # the node is flagged again, and fleetscope resumes the node it drained.
+    (tmp_path / "repaired").touch()
     resume = "update NodeName=gpu-st-1 State=RESUME"
     assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config)) == [drain, resume]
