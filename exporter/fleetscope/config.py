@@ -326,8 +326,8 @@ class CheckConfig:
     )
     breaker_percent: float = setting(
         "check.breaker-percent", 20.0, parse_percent,
-        "A cross-node finding carried by more than this share of the cluster's nodes (at least one node more "
-        "than the share rounds up to) is reported as \"could not tell\" on every node: the circuit breaker.",
+        "Percent of the cluster's nodes (rounded up, one node at least) that may carry one cross-node finding; "
+        "above it, check reports the finding as \"could not tell\" on every node: the circuit breaker.",
     )
     breaker_window: float = setting(
         "check.breaker-window", 600.0, parse_seconds,
