@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 import pytest
 
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import JobAttribution, attribute, parse_cgroup, parse_environ
+from tests.sources.unprivileged import as_reader, needs_root, public_directory, trainer_process
 
 POD_UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 CONTAINER = "a" * 64
@@ -81,3 +83,40 @@ def test_attribution_per_gpu(tmp_path) -> None:
     assert result[3] == (JobAttribution("777", "", "", "777", "", ""),)  # cgroup wins over the prolog record
     assert 4 not in result  # nothing to say: no series
     assert result[5] == (JobAttribution("888", "", "", "888", "", ""),)  # prolog record named by UUID
+
+
+# -- the DaemonSet's reader: root with every capability dropped (#30 item 7) ----------------------------
+
+# What a daemon in its own cgroup namespace (containerd's default on cgroup v2) reads for a pod's process.
+POD_CGROUP = (f"0::/../../kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}"
+              f".slice/cri-containerd-{CONTAINER}.scope\n")
+
+
+@needs_root
+@pytest.mark.parametrize("who", ["root-drop-all", "nobody"])
+def test_a_pods_gpu_process_is_attributed_without_any_capability(who: str) -> None:
+    """Another user's /proc/<pid>/environ needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (measured, kernel 6.18):
+    without them the job comes from the world-readable cgroup, the pod's UID and container; the rank from the
+    rank's own pushes (rank_info's gpu)."""
+    environ = {"FLEETSCOPE_JOB": "llm", "RANK": "5", "LOCAL_RANK": "5"}
+    with trainer_process(environ) as trainer, public_directory() as root:
+        proc = os.path.join(root, "proc", str(trainer.pid))
+        os.makedirs(proc)
+        for name in ("environ", "status"):  # the real process's files, with their real permissions
+            os.symlink(f"/proc/{trainer.pid}/{name}", os.path.join(proc, name))
+        with open(os.path.join(proc, "cgroup"), "w") as handle:  # this machine runs no pods
+            handle.write(POD_CGROUP)
+        procfs, jobs = Root(os.path.join(root, "proc")), Root(os.path.join(root, "jobs"))
+
+        def read() -> tuple[str, list[dict[str, str]]]:
+            try:
+                with open(os.path.join(proc, "environ"), "rb"):
+                    readable = "read"
+            except PermissionError:
+                readable = "EACCES"
+            return readable, [asdict(job) for job in attribute(procfs, jobs, {0: [trainer.pid]}, {0: "GPU-0"})[0]]
+
+        privileged = read()  # the systemd unit's daemon (root, CAP_SYS_PTRACE) reads the environment
+        unprivileged = as_reader(who, read)
+    assert privileged == ("read", [asdict(JobAttribution("llm", "5", "5", "", POD_UID, CONTAINER))])
+    assert unprivileged == ["EACCES", [asdict(JobAttribution(POD_UID, "", "", "", POD_UID, CONTAINER))]]

@@ -24,6 +24,7 @@ from fleetscope.sources.nccl import (
 )
 from fleetscope_sim.inspector import Comm, InspectorNode, RankProcess, record_line
 from tests.conftest import FIXTURES
+from tests.sources.unprivileged import NOBODY, TRAINER, as_reader, needs_root, public_directory, trainer_process
 
 NCCL = os.path.join(FIXTURES, "nccl")
 # The fixtures' files are this test's own, written by no live process: read as a configured owner's.
@@ -490,3 +491,42 @@ def test_training_jobs_files_are_read_before_a_crowd_of_others(tmp_path: Path) -
     assert len(crowd_files) == 12
     assert max(sum(1 for f in crowd_files if f.pid == pid) for pid in {f.pid for f in crowd_files}) <= 2
     assert reader.stats.ignored["limit"] == 64 * 4 - 12
+
+
+def test_writers_no_environment_tells_apart_are_read_without_a_job(tmp_path: Path) -> None:
+    """Under `drop: [ALL]` the daemon cannot read environments: two root pods' pid-17 ranks stay ambiguous."""
+    node = InspectorNode(str(tmp_path / "dump"), str(tmp_path / "proc"))
+    pod = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    ranks = [RankProcess(3, 3, "llm", host_pid=40017, pid=17, hostname="llm-worker-0"),
+             RankProcess(11, 3, "llm", host_pid=40517, pid=17, hostname="llm-worker-1")]
+    for rank in ranks:
+        node.add_process(rank, pod_uid=pod)
+        node.append(rank, [comm_line(rank.rank, pid=17, host=rank.hostname)])
+        (tmp_path / "proc" / str(rank.host_pid) / "environ").unlink()  # EACCES without CAP_SYS_PTRACE
+    reader = InspectorReader(str(tmp_path / "dump"), max_read_bytes=1 << 20, ttl=1e12,
+                             procfs=Root(str(tmp_path / "proc")))
+    assert sorted((f.hostname, f.host_pid, r.sequence) for f, r in reader.poll()) == [
+        ("llm-worker-0", None, 3), ("llm-worker-1", None, 11)]
+    assert reader.stats.ignored["owner"] == 0
+
+
+@needs_root
+@pytest.mark.parametrize("who", ["root-drop-all", "nobody"])
+def test_the_owner_check_works_without_any_capability(who: str) -> None:
+    """The writer's uid and pid come from world-readable /proc/<pid>/status: the DaemonSet's reader (root, every
+    capability dropped) tells a rank's own file from one another user planted under its name."""
+    with trainer_process({"RANK": "5"}) as trainer, public_directory() as dump:
+        own = os.path.join(dump, f"node-a-pid{trainer.pid}.log")
+        planted = os.path.join(dump, f"node-b-pid{trainer.pid}.log")
+        for path, owner, seq in ((own, TRAINER, 1), (planted, NOBODY, 2)):
+            with open(path, "w") as handle:
+                handle.write(comm_line(seq, pid=trainer.pid))
+            os.chown(path, owner, owner)
+
+        def read() -> tuple[list[tuple[int | None, int | None]], dict[str, int]]:
+            reader = InspectorReader(dump, max_read_bytes=1 << 20, ttl=1e12, procfs=Root("/proc"))
+            got = [(f.host_pid, r.sequence) for f, r in reader.poll()]
+            return got, reader.stats.ignored
+
+        got, ignored = as_reader(who, read)
+    assert got == [[trainer.pid, 1]] and ignored["owner"] == 1
