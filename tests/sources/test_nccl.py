@@ -530,3 +530,26 @@ def test_the_owner_check_works_without_any_capability(who: str) -> None:
 
         got, ignored = as_reader(who, read)
     assert got == [[trainer.pid, 1]] and ignored["owner"] == 1
+
+
+def test_files_left_unfollowed_cost_one_process_scan_a_minute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory of refused files (ended jobs', planted ones) must not scan every process at every poll."""
+    import fleetscope.sources.nccl as module
+
+    scans = []
+    real = module.process_table
+    monkeypatch.setattr(module, "process_table", lambda procfs: scans.append(1) or real(procfs))
+    clock = Clock()
+    (tmp_path / "proc").mkdir()
+    for pid in range(100, 140):
+        (tmp_path / f"node-a-pid{pid}.log").write_text(comm_line(1, pid=pid))
+        os.utime(tmp_path / f"node-a-pid{pid}.log", (clock.now, clock.now))
+    reader = InspectorReader(str(tmp_path), max_read_bytes=1 << 20, ttl=3600, clock=clock,
+                             procfs=Root(str(tmp_path / "proc")))
+    for _ in range(5):
+        assert sequences(reader) == []
+        clock.now += 10
+    assert len(scans) == 1 and reader.stats.ignored["owner"] == 40
+    add_status(tmp_path / "proc", 120, uid=os.getuid())  # pid reused by a process of the files' owner
+    clock.now += 20
+    assert sequences(reader) == [1] and len(scans) == 2

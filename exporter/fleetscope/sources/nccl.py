@@ -369,6 +369,7 @@ IGNORE_REASONS = ("symlink", "not_regular", "hardlink", "owner", "limit")
 TRAINING, LIVE, CONFIGURED = 0, 1, 2
 # The plugin writes one file per process; across a rename rotation the same process has two names.
 FILES_PER_WRITER = 2
+RECHECK = 60.0  # seconds before the writer of a file left unfollowed is looked up again
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -477,6 +478,8 @@ class InspectorReader:
         # inode -> (host, pid, offset) of files dropped as idle: a rotated name keeps host and pid
         self._dropped_at: dict[tuple[int, int], tuple[str, int, int]] = {}
         self._turn = 0  # rotates which file reads first, so a busy file cannot starve the others
+        # (inode, subdirectory, name) of unfollowed files -> (when classified, contender or None if refused)
+        self._classified: dict[tuple[tuple[int, int], str, str], tuple[float, _Contender | None]] = {}
 
     # -- discovery ---------------------------------------------------------------------------------
 
@@ -597,7 +600,11 @@ class InspectorReader:
         ignored = dict.fromkeys(IGNORE_REASONS, 0)
         prom: list[str] = []
         fresh = [f for f in self._scan(ignored, prom) if f.inode not in self._tails and now - f.mtime <= self.ttl]
-        table = process_table(self.procfs) if fresh and self.procfs is not None else None
+        # Which process wrote a file is looked up once a RECHECK: files left unfollowed (refused, or past the
+        # limit) would otherwise cost a scan of the whole process table every poll.
+        classified = {(f.inode, f.subdir, f.name): self._classified.get((f.inode, f.subdir, f.name)) for f in fresh}
+        stale = [key for key, known in classified.items() if known is None or not 0 <= now - known[0] <= RECHECK]
+        table = process_table(self.procfs) if stale and self.procfs is not None else None
         in_job: dict[int, bool] = {}
         contenders = [
             _Contender(t.rank, t.owner, t.file.host_pid if t.file.host_pid is not None else
@@ -605,11 +612,16 @@ class InspectorReader:
             for t in self._tails.values()
         ]
         for found in fresh:
-            contender = self._contender(found, table, in_job)
+            key = (found.inode, found.subdir, found.name)
+            known = classified[key]
+            if known is None or not 0 <= now - known[0] <= RECHECK:
+                known = classified[key] = (now, self._contender(found, table, in_job))
+            contender = known[1]
             if contender is None:
                 ignored["owner"] += 1
             else:
-                contenders.append(contender)
+                contenders.append(dataclasses.replace(contender, found=found, newest=found.mtime))
+        self._classified = {key: known for key, known in classified.items() if known is not None}
         chosen, left_out = choose(contenders, self.max_files)
         ignored["limit"] = left_out
         keep = {id(c) for c in chosen}
