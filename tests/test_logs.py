@@ -90,12 +90,26 @@ def test_only_the_logs_module_sets_up_handlers() -> None:
     offenders = []
     for path in sorted(pathlib.Path(ROOT).glob("*/**/*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if not relative.startswith(("exporter/", "benchmarks/")) or relative == "exporter/fleetscope/logs.py":
+        if not relative.startswith(("exporter/", "sim/", "benchmarks/")) or relative == "exporter/fleetscope/logs.py":
             continue
         text = path.read_text(encoding="utf-8")
         if re.search(r"\bbasicConfig\(|\.addHandler\(", text):
             offenders.append(relative)
     assert offenders == []
+
+
+def test_every_module_logs_under_its_own_name() -> None:
+    """getLogger(__name__), never a name typed by hand: a record says which module wrote it, and a level set on a
+    package ("fleetscope.client", "fleetscope_sim") reaches every module below it."""
+    calls = 0
+    offenders = []
+    for package in ("exporter/fleetscope", "sim/fleetscope_sim"):
+        for path in sorted((pathlib.Path(ROOT) / package).rglob("*.py")):
+            for argument in re.findall(r"\bgetLogger\(([^)]*)\)", path.read_text(encoding="utf-8")):
+                calls += 1
+                if argument != "__name__" and path.name != "logs.py":  # logs.py sets up the root logger
+                    offenders.append(f"{path.relative_to(ROOT)}: getLogger({argument})")
+    assert calls > 20 and offenders == []
 
 
 @pytest.mark.usefixtures("restore_root")

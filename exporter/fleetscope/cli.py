@@ -45,6 +45,7 @@ ADD_ON_HINTS: dict[str, str] = dict.fromkeys(
 )
 
 EXIT_CONFIG = 3
+logger = logging.getLogger(__name__)
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -75,11 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from fleetscope.daemon import build_daemon
 
     if getattr(args, "setting:push.token", "").strip():
-        logging.getLogger("fleetscope").warning(
+        logger.warning(
             "--push.token is readable by every user of this node (/proc/%d/cmdline): use --push.token-file "
             "(a 0600 file) or FLEETSCOPE_PUSH_TOKEN instead", os.getpid())
     daemon = build_daemon(config)
-    logging.getLogger("fleetscope").info(
+    logger.info(
         "fleetscope %s listening on %s (collectors: %s)", __version__, config.web.listen_address,
         ", ".join(daemon.collectors) or "none",
     )

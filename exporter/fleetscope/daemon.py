@@ -21,7 +21,7 @@ from fleetscope.listeners import ListenerLimits, ListenerStats, fit_to_open_file
 if TYPE_CHECKING:
     import uvicorn
 
-logger = logging.getLogger("fleetscope.daemon")
+logger = logging.getLogger(__name__)
 
 
 def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = REGISTRY) -> dict[str, Collector]:

@@ -43,7 +43,7 @@ from fleetscope.metrics.engine import (
     COLLECTOR_SUCCESS,
 )
 
-logger = logging.getLogger("fleetscope.engine")
+logger = logging.getLogger(__name__)
 
 # partial: the collector raised Incomplete; what it could read is served, and it counts as a failure.
 Status = Literal["pending", "ok", "partial", "no_hardware", "failed", "timeout"]

@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from fleetscope.metrics import MetricSpec
 
-logger = logging.getLogger("fleetscope.families")
+logger = logging.getLogger(__name__)
 
 
 class FamilyBuilder:

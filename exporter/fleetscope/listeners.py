@@ -12,7 +12,7 @@ import resource
 import threading
 from dataclasses import dataclass, replace
 
-logger = logging.getLogger("fleetscope.listeners")
+logger = logging.getLogger(__name__)
 
 # File descriptors kept back from the connection budget: sysfs and procfs reads, NVML, the kernel log,
 # log files, the event loop's own.

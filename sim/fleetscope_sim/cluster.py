@@ -27,7 +27,7 @@ from fleetscope_sim.profiles import NodeProfile, profile
 from fleetscope_sim.training import JobModel, JobSpec, Position, RankState
 from fleetscope_sim.tree import NodePaths, TreeWriter
 
-logger = logging.getLogger("fleetscope.sim")
+logger = logging.getLogger(__name__)
 CLOCK_TICKS = 100  # USER_HZ: /proc/<pid>/stat's start time is in these after boot
 # Twenty daemons share two cores here, not one daemon a node: a report answered after the client's 2 s
 # counts as failed and backs off (up to 30 s), so steps reached Prometheus late enough to look like a hang.

@@ -17,7 +17,7 @@ from typing import Any
 from fleetscope_sim.inspector import rank_pid
 from fleetscope_sim.tree import NodePaths
 
-logger = logging.getLogger("fleetscope.sim.gpu")
+logger = logging.getLogger(__name__)
 
 PCI_DEVICE_IDS = {"hopper": 0x233010DE, "ampere": 0x20B010DE}
 

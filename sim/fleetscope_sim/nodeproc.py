@@ -20,7 +20,7 @@ from typing import Any
 from fleetscope.config import Config, load
 from fleetscope_sim.tree import NodePaths
 
-logger = logging.getLogger("fleetscope.sim.node")
+logger = logging.getLogger(__name__)
 
 
 def node_config(paths: NodePaths, listen: str, interval: float, extra: Mapping[str, Any] | None = None) -> Config:

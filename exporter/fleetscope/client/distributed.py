@@ -48,7 +48,7 @@ from fleetscope.client.timeline import Mark, Marker
 if TYPE_CHECKING:
     from fleetscope.client.tracker import StepTracker
 
-logger = logging.getLogger("fleetscope.client")
+logger = logging.getLogger(__name__)
 
 
 class _Timing:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger("fleetscope.client")
+logger = logging.getLogger(__name__)
 
 STEPS_PATH = "/api/v1/steps"
 REPORT_PATH = "/api/v1/report"

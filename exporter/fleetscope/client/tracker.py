@@ -46,7 +46,7 @@ from fleetscope.client.placement import detect, node_gpu, process_start_time, pu
 from fleetscope.client.sender import Sender, SenderStats
 from fleetscope.client.timeline import FETCH, PHASES, Mark, Timeline
 
-logger = logging.getLogger("fleetscope.client")
+logger = logging.getLogger(__name__)
 
 __all__ = ["PHASES", "Phase", "Step", "StepTracker", "batch_size"]
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from fleetscope.sources.nvml import GpuIdentity, NvmlReading, NvmlSource
 from fleetscope.sources.pci import PciGpu, list_gpus
 from fleetscope.sources.xid import PciAddress, XidLedger, XidSighting, is_fatal, xid_action
 
-logger = logging.getLogger("fleetscope.collectors.gpu")
+logger = logging.getLogger(__name__)
 
 # What every NVIDIA GPU since Kepler answers, MIG or not: a GPU with none of them is one fleetscope cannot see.
 BASICS = frozenset({"memory_used", "temperature", "power"})

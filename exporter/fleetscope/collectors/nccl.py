@@ -42,7 +42,7 @@ from fleetscope.sources.nccl import (
     attribute_writer,
 )
 
-logger = logging.getLogger("fleetscope.collectors.nccl")
+logger = logging.getLogger(__name__)
 
 OVER_LIMIT = "key_limit"
 # (count, seconds, bus bytes) families of each record kind.

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from fleetscope.sources.fs import Root, Unreadable
 
-logger = logging.getLogger("fleetscope.sources.efa")
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 AMAZON_PCI_VENDOR = 0x1D0F

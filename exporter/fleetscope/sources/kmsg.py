@@ -35,7 +35,7 @@ from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.sources.xid import PciAddress
 
-logger = logging.getLogger("fleetscope.sources.kmsg")
+logger = logging.getLogger(__name__)
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\): (?P<xid>\d+)(?P<rest>.*)", re.DOTALL)

@@ -58,7 +58,7 @@ from typing import Any, Literal
 from fleetscope.sources.fs import Root, Unreadable
 from fleetscope.sources.gpu_jobs import JobAttribution, attribute_process
 
-logger = logging.getLogger("fleetscope.sources.nccl")
+logger = logging.getLogger(__name__)
 
 # The plugin's name, and the same with a logrotate suffix: after a rename rotation the plugin goes on
 # writing to the renamed file (it never reopens), so a daemon started later must still find it.

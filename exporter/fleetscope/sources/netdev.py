@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from fleetscope.sources.fs import Root, Unreadable
 
-logger = logging.getLogger("fleetscope.sources.netdev")
+logger = logging.getLogger(__name__)
 
 # The files of statistics/ read per interface (not /proc/net/dev: see above).
 STATISTICS = (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fleetscope.errors import SourceError
 from fleetscope.sources.fs import Root, Unreadable
 
-logger = logging.getLogger("fleetscope.sources.netstat")
+logger = logging.getLogger(__name__)
 
 
 # The section each file must hold: a file without it (unreadable, empty, garbage) leaves its counters blind.

@@ -47,7 +47,7 @@ from fleetscope.sources.nvml_h import (
 )
 from fleetscope.sources.xid import PciAddress, XidSighting
 
-logger = logging.getLogger("fleetscope.sources.nvml")
+logger = logging.getLogger(__name__)
 
 # The values one GPU's reading can hold (in NVML's units).
 NvmlValue = Literal[
