@@ -1,20 +1,20 @@
-"""The collection engine: background collection, served from the latest readings.
+"""The collection engine: background collection, served from the latest collections.
 
 Each background collector runs on its own thread at its own interval. One
 attempt runs on a worker thread and is waited for at most ``timeout``
 seconds; a call that never returns (a wedged driver, a blocking sysfs read)
 leaves that worker stuck, the collector reports failure, and no second
 attempt is stacked on top of it until the first one returns. ``/metrics``
-only ever reads the latest completed :class:`Reading`, so a slow source can
-neither delay nor fail a scrape. Readings older than the staleness bound are
+only ever reads the latest completed :class:`Collection`, so a slow source can
+neither delay nor fail a scrape. Collections older than the staleness bound are
 dropped rather than served forever.
 
-A scrape costs what changed since the last one: each reading is rendered, in
+A scrape costs what changed since the last one: each collection is rendered, in
 the formats scrapers have been asking for, by its collector's thread before it
 is published (:mod:`fleetscope.exposition`), so ``/metrics`` joins bytes. Work
 nothing reads is not done: a collector nobody has scraped for ``idle_after``
 (setting ``collection.pause-after``) pauses until the next scrape, which waits
-(at most the collector's timeout) for a fresh reading.
+(at most the collector's timeout) for a fresh collection.
 """
 
 from __future__ import annotations
@@ -46,20 +46,22 @@ from fleetscope.metrics.engine import (
 logger = logging.getLogger(__name__)
 
 # partial: the collector raised Incomplete; what it could read is served, and it counts as a failure.
-Status = Literal["pending", "ok", "partial", "no_hardware", "failed", "timeout"]
+CollectionStatus = Literal["pending", "ok", "partial", "no_hardware", "failed", "timeout"]
 SERVABLE = ("ok", "partial")
 
 # Prometheus's lookback window: a target not scraped for this long has left every query's view,
-# so readings taken for it are work nothing reads.
+# so collections taken for it are work nothing reads.
 IDLE_AFTER = 300.0
-MAX_FORMATS = 8  # formats rendered ahead per reading; scrapers ask for one or two
+MAX_FORMATS = 8  # formats rendered ahead per collection; scrapers ask for one or two
 
 
 @dataclass
-class Reading:
-    """The outcome of one collection attempt."""
+class Collection:
+    """The outcome of one collection attempt: its status and, if fit to serve, the families it made.
 
-    status: Status = "pending"
+    (A *reading* is a source's typed output, which a collector maps to these families.)"""
+
+    status: CollectionStatus = "pending"
     metrics: list[Metric] = field(default_factory=list)
     started: float = 0.0
     duration: float = 0.0
@@ -70,7 +72,7 @@ class Reading:
 class Served:
     """What one collector contributes to a scrape: its self-metric facts and its rendered series."""
 
-    reading: Reading
+    collection: Collection
     last_success: float | None
     hardware_present: bool
     chunk: Chunk
@@ -99,12 +101,12 @@ class _Rendered:
 class _Attempt:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.reading: Reading | None = None
+        self.collection: Collection | None = None
         self.gave_up = False
 
 
 class CollectorRunner:
-    """Runs one collector in the background and keeps its latest reading, rendered.
+    """Runs one collector in the background and keeps its latest collection, rendered.
 
     ``pausable=False`` keeps collecting without scrapers: for a collector that
     follows an event stream (the kernel log) that would overrun while paused.
@@ -130,17 +132,17 @@ class CollectorRunner:
         self.pausable = pausable
         self._clock = clock
         self._lock = threading.Condition()
-        self._reading = Reading()
+        self._collection = Collection()
         self._last_success: float | None = None
-        self._last_served: float | None = None  # the newest reading fit to serve (ok, partial, no hardware)
-        self._renderer = Renderer()  # only the thread that publishes a reading renders ahead of scrapes
+        self._last_served: float | None = None  # the newest collection fit to serve (ok, partial, no hardware)
+        self._renderer = Renderer()  # only the thread that publishes a collection renders ahead of scrapes
         self._rendered = _Rendered([], self._renderer)
         self._hardware_present = True
         # Formats scrapers asked for: Content-Type -> (format, when last asked, gzip wanted).
         self._demand: dict[str, tuple[Format, float, bool]] = {}
         self._last_scrape = time.monotonic()  # a new daemon collects for IDLE_AFTER before it may pause
         self._paused = False
-        self._resuming = False  # woken by a scrape, its first reading since the pause not yet recorded
+        self._resuming = False  # woken by a scrape, its first collection since the pause not yet recorded
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._worker_started = 0.0
@@ -192,12 +194,12 @@ class CollectorRunner:
 
     # -- one attempt ---------------------------------------------------------------------------
 
-    def run_once(self) -> Reading:
-        """Run one attempt, waiting at most ``timeout``; returns the reading it recorded."""
+    def run_once(self) -> Collection:
+        """Run one attempt, waiting at most ``timeout``; returns the collection it recorded."""
         if self._worker is not None and self._worker.is_alive():
             # The previous attempt is still stuck: do not pile another one on the same source.
             stuck_for = time.monotonic() - self._worker_started
-            stuck = Reading("timeout", [], self._clock(), stuck_for, f"still running after {stuck_for:.1f}s")
+            stuck = Collection("timeout", [], self._clock(), stuck_for, f"still running after {stuck_for:.1f}s")
             self._record(stuck)
             return stuck
         attempt = _Attempt()
@@ -206,10 +208,10 @@ class CollectorRunner:
         self._worker.start()
         self._worker.join(self.timeout)
         with attempt.lock:
-            finished = attempt.reading
+            finished = attempt.collection
             if finished is None:
                 attempt.gave_up = True
-                finished = Reading("timeout", [], self._clock(), self.timeout, f"timed out after {self.timeout}s")
+                finished = Collection("timeout", [], self._clock(), self.timeout, f"timed out after {self.timeout}s")
                 logger.error("collector %s timed out after %.1fs", self.name, self.timeout)
         self._record(finished)
         return finished
@@ -219,25 +221,26 @@ class CollectorRunner:
         started = time.perf_counter()
         try:
             metrics = list(self.collector.collect())
-            reading = Reading("ok", metrics, started_wall, time.perf_counter() - started)
+            collection = Collection("ok", metrics, started_wall, time.perf_counter() - started)
         except NoHardware as exc:
             logger.debug("collector %s: no hardware: %s", self.name, exc)
-            reading = Reading("no_hardware", [], started_wall, time.perf_counter() - started, str(exc))
+            collection = Collection("no_hardware", [], started_wall, time.perf_counter() - started, str(exc))
         except Incomplete as exc:
             logger.warning("collector %s read only in part: %s", self.name, exc)
-            reading = Reading("partial", list(exc.metrics), started_wall, time.perf_counter() - started, str(exc))
+            collection = Collection("partial", list(exc.metrics), started_wall, time.perf_counter() - started, str(exc))
         except Exception as exc:  # one failing source must never take the daemon down
             logger.error("collector %s failed: %s", self.name, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
-            reading = Reading("failed", [], started_wall, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+            collection = Collection("failed", [], started_wall, time.perf_counter() - started,
+                                    f"{type(exc).__name__}: {exc}")
         with attempt.lock:
-            attempt.reading = reading
+            attempt.collection = collection
             late = attempt.gave_up
-        if late and reading.status != "failed":
+        if late and collection.status != "failed":
             # The source came back after its timeout: its result is still the newest truth.
-            self._record(reading)
+            self._record(collection)
 
     def _prerender(self, metrics: list[Metric]) -> _Rendered:
-        """The new reading rendered in every format asked for lately, before anyone can be served it."""
+        """The new collection rendered in every format asked for lately, before anyone can be served it."""
         rendered = _Rendered(metrics, self._renderer)
         now = time.monotonic()
         for fmt, asked, compressed in list(self._demand.values()):
@@ -247,18 +250,18 @@ class CollectorRunner:
                     chunk.deflated()
         return rendered
 
-    def _record(self, reading: Reading) -> None:
-        rendered = self._prerender(reading.metrics) if reading.status in SERVABLE else None
+    def _record(self, collection: Collection) -> None:
+        rendered = self._prerender(collection.metrics) if collection.status in SERVABLE else None
         with self._lock:
-            self._reading = reading
-            if reading.status in SERVABLE:
-                if reading.status == "ok":
-                    self._last_success = reading.started + reading.duration
-                self._last_served = reading.started + reading.duration
-                self._rendered = rendered or _Rendered(reading.metrics, self._renderer)
+            self._collection = collection
+            if collection.status in SERVABLE:
+                if collection.status == "ok":
+                    self._last_success = collection.started + collection.duration
+                self._last_served = collection.started + collection.duration
+                self._rendered = rendered or _Rendered(collection.metrics, self._renderer)
                 self._hardware_present = True
-            elif reading.status == "no_hardware":
-                self._last_success = self._last_served = reading.started + reading.duration
+            elif collection.status == "no_hardware":
+                self._last_success = self._last_served = collection.started + collection.duration
                 self._rendered = _Rendered([], self._renderer)
                 self._hardware_present = False
             self._resuming = False
@@ -270,11 +273,11 @@ class CollectorRunner:
     def _fresh(self) -> bool:
         return self._last_served is not None and self._clock() - self._last_served <= self.staleness
 
-    def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
-        """(latest reading, metrics fit to serve, last success time, hardware present)."""
+    def snapshot(self) -> tuple[Collection, list[Metric], float | None, bool]:
+        """(latest collection, metrics fit to serve, last success time, hardware present)."""
         with self._lock:
             metrics = self._rendered.metrics if self._fresh() else []
-            return self._reading, metrics, self._last_success, self._hardware_present
+            return self._collection, metrics, self._last_success, self._hardware_present
 
     def demand(self, fmt: Format, compressed: bool) -> None:
         """Note a scrape asking for ``fmt``; wake the collector if it paused."""
@@ -291,12 +294,12 @@ class CollectorRunner:
 
     @property
     def resuming(self) -> bool:
-        """Woken from a pause and still without a reading fit to serve: a scrape should wait for one."""
+        """Woken from a pause and still without a collection fit to serve: a scrape should wait for one."""
         with self._lock:
             return self._resuming and not self._fresh()
 
     def wait_fresh(self) -> None:
-        """After a pause: wait (at most the collector's timeout) until there is a reading fit to serve."""
+        """After a pause: wait (at most the collector's timeout) until there is a collection fit to serve."""
         deadline = time.monotonic() + self.timeout
         with self._lock:
             while not self._fresh() and not self._stop.is_set():
@@ -312,12 +315,12 @@ class CollectorRunner:
         return rendered is None or not rendered.metrics or fmt.content_type in rendered.chunks
 
     def serve(self, fmt: Format) -> Served:
-        """This collector's part of a scrape in ``fmt``: rendered once per reading."""
+        """This collector's part of a scrape in ``fmt``: rendered once per collection."""
         with self._lock:
-            reading, last_success, present = self._reading, self._last_success, self._hardware_present
+            collection, last_success, present = self._collection, self._last_success, self._hardware_present
             rendered = self._rendered if self._fresh() else None
         chunk = rendered.chunk(fmt, self.name) if rendered is not None else EMPTY
-        return Served(reading, last_success, present, chunk)
+        return Served(collection, last_success, present, chunk)
 
 
 class LiveCollector:
@@ -335,37 +338,37 @@ class LiveCollector:
         self.collector = collector
         self._clock = clock
         self._generation_of = collector.generation if isinstance(collector, Versioned) else None
-        self._cached: tuple[object, Reading, _Rendered] | None = None
+        self._cached: tuple[object, Collection, _Rendered] | None = None
         self._renderer = Renderer()
         self.attempted = True
 
-    def _collect(self) -> Reading:
+    def _collect(self) -> Collection:
         started = self._clock()
         t0 = time.perf_counter()
         try:
             metrics = list(self.collector.collect())
         except Incomplete as exc:
-            return Reading("partial", list(exc.metrics), started, time.perf_counter() - t0, str(exc))
+            return Collection("partial", list(exc.metrics), started, time.perf_counter() - t0, str(exc))
         except Exception as exc:
             logger.error("collector %s failed: %s", self.name, exc)
-            return Reading("failed", [], started, time.perf_counter() - t0, str(exc))
-        return Reading("ok", metrics, started, time.perf_counter() - t0)
+            return Collection("failed", [], started, time.perf_counter() - t0, str(exc))
+        return Collection("ok", metrics, started, time.perf_counter() - t0)
 
-    def snapshot(self) -> tuple[Reading, list[Metric], float | None, bool]:
-        reading = self._collect()
-        return reading, reading.metrics, reading.started if reading.status == "ok" else None, True
+    def snapshot(self) -> tuple[Collection, list[Metric], float | None, bool]:
+        collection = self._collect()
+        return collection, collection.metrics, collection.started if collection.status == "ok" else None, True
 
     def serve(self, fmt: Format) -> Served:
         generation = self._generation_of() if self._generation_of is not None else None
         cached = self._cached
         if generation is None or cached is None or cached[0] != generation:
-            reading = self._collect()
-            cached = (generation, reading, _Rendered(reading.metrics, self._renderer))
-            if generation is not None and reading.status == "ok":
+            collection = self._collect()
+            cached = (generation, collection, _Rendered(collection.metrics, self._renderer))
+            if generation is not None and collection.status == "ok":
                 self._cached = cached
-        _, reading, rendered = cached
-        last_success = self._clock() if reading.status == "ok" else None  # in-memory state is current
-        return Served(reading, last_success, True, rendered.chunk(fmt, self.name))
+        _, collection, rendered = cached
+        last_success = self._clock() if collection.status == "ok" else None  # in-memory state is current
+        return Served(collection, last_success, True, rendered.chunk(fmt, self.name))
 
     resuming = False
 
@@ -388,14 +391,14 @@ class LiveCollector:
         return True
 
 
-def _self_families(named: Sequence[tuple[str, Reading, float | None, bool]]) -> list[Metric]:
+def _self_families(named: Sequence[tuple[str, Collection, float | None, bool]]) -> list[Metric]:
     builder = FamilyBuilder()
-    for name, reading, last_success, present in named:
-        if reading.status == "pending":
+    for name, collection, last_success, present in named:
+        if collection.status == "pending":
             continue
         labels = (name,)
-        builder.add(COLLECTOR_SUCCESS, labels, 1 if reading.status in ("ok", "no_hardware") else 0)
-        builder.add(COLLECTOR_DURATION_SECONDS, labels, reading.duration)
+        builder.add(COLLECTOR_SUCCESS, labels, 1 if collection.status in ("ok", "no_hardware") else 0)
+        builder.add(COLLECTOR_DURATION_SECONDS, labels, collection.duration)
         builder.add(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, labels, last_success)
         builder.add(COLLECTOR_HARDWARE_PRESENT, labels, 1 if present else 0)
     builder.add_info(BUILD_INFO, (), {"version": __version__, "python": platform.python_version()})
@@ -435,7 +438,7 @@ class Engine(PrometheusCollector):
     def collect(self) -> Iterable[Metric]:
         """Self-metrics, then every collector's servable series (the registry path: tools and tests)."""
         snapshots = [(runner.name, runner.snapshot()) for runner in self.runners]
-        yield from _self_families([(name, reading, last, present) for name, (reading, _, last, present) in snapshots])
+        yield from _self_families([(name, done, last, present) for name, (done, _, last, present) in snapshots])
         for _, (_, metrics, _, _) in snapshots:
             yield from metrics
 
@@ -444,7 +447,7 @@ class Engine(PrometheusCollector):
 
         Collectors export disjoint metric names, so their chunks join into one
         valid exposition, self-metrics first. With ``block=False`` it returns None
-        instead of rendering a background reading or waiting for a paused collector
+        instead of rendering a background collection or waiting for a paused collector
         (so an event loop can hand that case to a thread).
         """
         for runner in self.runners:
@@ -458,8 +461,8 @@ class Engine(PrometheusCollector):
         return assemble([self._own_chunk(served, fmt), *(part.chunk for _, part in served)], fmt, compressed)
 
     def _own_chunk(self, served: Sequence[tuple[str, Served]], fmt: Format) -> Chunk:
-        facts = [(name, part.reading, part.last_success, part.hardware_present) for name, part in served]
-        key = tuple((name, reading.status, reading.duration, last, present) for name, reading, last, present in facts)
+        facts = [(name, part.collection, part.last_success, part.hardware_present) for name, part in served]
+        key = tuple((name, done.status, done.duration, last, present) for name, done, last, present in facts)
         cached = self._own.get(fmt.content_type)
         if cached is not None and cached[0] == key:
             return cached[1]
