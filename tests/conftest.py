@@ -124,9 +124,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        first_round = False
+
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return SHARED_WORKER.get(module, module)
+
+        def schedule(self) -> None:
+            self.first_round = self.collection is None
+            try:
+                super().schedule()
+            finally:
+                self.first_round = False
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # xdist gives each worker a second unit at once (a worker holds its last test until it knows what
+            # comes next). In the first round that look-ahead comes from the end of the queue, a short module:
+            # taken from the front, one long unit would wait minutes behind another on the same worker.
+            if self.first_round and self.assigned_work.get(node) and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False  # collection order: the longest units first
     return ModuleScheduling(config, log)
