@@ -38,6 +38,11 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
         time.sleep(3)
         second = _samples(cluster.url("node-00"))
         before = _samples(cluster.url("node-01"))  # its daemon sees the rank processes alive
+        # On a loaded machine (the suite runs in parallel) a rank's first report may come late: read again until
+        # all eight are there, while rank 13 still lives (it dies at t+12 s).
+        while len(before.get("fleetscope_training_process_up", [])) < 8 and cluster.elapsed < 10:
+            time.sleep(0.5)
+            before = _samples(cluster.url("node-01"))
         # Rank 13 dies at t+12 s, inside its step: every other rank waits for it in the collective.
         deadline = time.monotonic() + 60
         while True:
