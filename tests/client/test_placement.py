@@ -4,7 +4,16 @@ import os
 
 import pytest
 
-from fleetscope.client.placement import DEFAULT_URL, detect, node_gpu, process_start_time, push_url
+from fleetscope.client.placement import (
+    DEFAULT_URL,
+    RANK_PROCESS_VAR,
+    claim_rank,
+    detect,
+    node_gpu,
+    process_start_time,
+    push_url,
+    rank_reported_above,
+)
 
 
 def test_torchrun_environment() -> None:
@@ -92,3 +101,16 @@ def test_process_start_time_reads_proc_stat(tmp_path: object) -> None:
         stat.write("41 (a (b) c) S 1 41 41 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10 18446744073709551615")
     assert process_start_time(41, str(tmp_path)) == 987654
     assert process_start_time(42, str(tmp_path)) is None
+
+
+def test_a_process_below_the_ranks_own_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = os.getpid() + 1  # another process: the one that started this one
+    assert rank_reported_above("job:a", 3, {RANK_PROCESS_VAR: f"{parent}:3:job:a"}) == parent
+    assert rank_reported_above("job:a", 4, {RANK_PROCESS_VAR: f"{parent}:3:job:a"}) is None  # another rank's worker
+    assert rank_reported_above("job:b", 3, {RANK_PROCESS_VAR: f"{parent}:3:job:a"}) is None
+    assert rank_reported_above("job:a", 3, {RANK_PROCESS_VAR: f"{os.getpid()}:3:job:a"}) is None  # this one
+    assert rank_reported_above("job:a", 3, {RANK_PROCESS_VAR: "garbage"}) is None
+    assert rank_reported_above("job:a", 3, {}) is None
+    monkeypatch.delenv(RANK_PROCESS_VAR, raising=False)
+    claim_rank("job:a", 3)
+    assert os.environ[RANK_PROCESS_VAR] == f"{os.getpid()}:3:job:a"  # what the processes it starts inherit

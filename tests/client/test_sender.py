@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import logging
 import time
+
+import pytest
 
 from fleetscope.client.sender import RecordBuffer, Sender
 from tests.conftest import free_port
@@ -85,6 +88,45 @@ def test_token_is_sent() -> None:
         bad.put({"job": "auth", "rank": 0, "step": 2, "step_seconds": 1})
         bad.close(10)
         assert bad.stats().rejected == 1
+
+
+def test_a_token_written_with_a_trailing_newline_delivers_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#30 item 6: `echo s3cret > file` gives "s3cret\\n"; the header refused it and the client retried forever."""
+    from fleetscope.client import StepTracker
+
+    with running_daemon({"push.token": "s3cret"}) as daemon:
+        monkeypatch.setenv("FLEETSCOPE_PUSH_TOKEN", "s3cret\n")
+        tracker = StepTracker(job="newline", rank=0, url=daemon.url, flush_interval=0.05)
+        for step in range(20):
+            tracker.report(0.1, step=step + 1)
+        tracker.close(10)
+        stats = tracker.stats()
+        assert (stats.sent, stats.pending, stats.error) == (20, 0, None)
+        assert daemon.value("fleetscope_training_steps_total", training_job="newline", rank="0", local_rank="",
+                            pp_stage="") == 20
+
+
+def test_a_token_no_header_can_carry_is_a_permanent_error_in_stats_and_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with running_daemon({"push.token": "s3cret"}) as daemon:
+        sender = Sender(daemon.url, token="s3c\nret", flush_interval=0.05, max_backoff=0.1)
+        with caplog.at_level(logging.ERROR, logger="fleetscope.client"):
+            for step in range(5):
+                sender.put({"job": "bad-token", "rank": 0, "step": step + 1, "step_seconds": 1})
+            sender.close(10)
+    stats = sender.stats()
+    assert (stats.sent, stats.rejected, stats.pending) == (0, 5, 0)  # given up, not retried forever
+    assert stats.error is not None and "token" in stats.error
+    assert [r for r in caplog.records if r.levelno == logging.ERROR and "cannot push" in r.getMessage()]
+
+
+def test_a_refused_token_is_the_error_in_stats() -> None:
+    with running_daemon({"push.token": "s3cret"}) as daemon:
+        sender = Sender(daemon.url, token="wrong")
+        sender.put({"job": "auth", "rank": 0, "step": 1, "step_seconds": 1})
+        sender.close(10)
+    assert sender.stats().error == "the daemon refused the push token (401)"
 
 
 def test_pushes_share_one_kept_alive_connection_and_survive_an_idle_close() -> None:

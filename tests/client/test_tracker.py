@@ -7,6 +7,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -449,3 +450,86 @@ def test_steps_whose_device_never_completes_go_with_the_hosts_figures_at_close()
         assert entry["data_seconds"] == entry["fetch_seconds"]
         assert entry["step_seconds"] >= 0.002
         assert entry["step_seconds"] == pytest.approx(entry["data_seconds"] + entry["compute_seconds"])
+
+
+def test_a_tracker_below_the_ranks_process_stays_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETSCOPE_RANK_PROCESS", f"{os.getpid() + 1}:0:quiet")  # as a spawned worker inherits it
+    with running_daemon() as daemon:
+        tracker = StepTracker(job="quiet", rank=0, url=daemon.url, environ={}, flush_interval=0.05)
+        with tracker.step():
+            pass
+        time.sleep(0.3)
+        tracker.close()
+        assert tracker.reporting_process == os.getpid() + 1 and tracker.sender._thread is None
+        assert [r for r in daemon.collector.store.view().ranks if r.job == "quiet"] == []  # not even a goodbye
+    assert os.environ["FLEETSCOPE_RANK_PROCESS"] == f"{os.getpid() + 1}:0:quiet"  # the rank's claim stands
+
+
+SPAWNED_WORKERS = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    from fleetscope.client import StepTracker
+
+    # At module level, as many training scripts have it: spawn and forkserver workers import this file again.
+    tracker = StepTracker(job="spawned", rank=0, url=os.environ["TEST_PUSH_URL"], environ={}, flush_interval=0.05)
+
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            time.sleep(0.05)
+            return torch.tensor([index])
+
+
+    if __name__ == "__main__":
+        loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=1, multiprocessing_context=sys.argv[1])
+        for epoch in range(2):  # a new worker each epoch
+            for batch in tracker.steps(loader):
+                time.sleep(0.02)
+        print("trained", flush=True)
+        sys.stdin.readline()  # the test reads the daemon before the goodbye
+        tracker.close()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the_rank(
+    method: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(SPAWNED_WORKERS)
+    with running_daemon() as daemon:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+        env.update(TEST_PUSH_URL=daemon.url, PYTHONPATH=os.pathsep.join(sys.path))
+        proc = subprocess.Popen([sys.executable, str(script), method], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+        seen: list[tuple[int, str, int]] = []  # (pid, phase, current step) as the daemon had them, in order
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            trained = threading.Event()
+            threading.Thread(target=lambda: (proc.stdout.readline(), trained.set()), daemon=True).start()  # type: ignore[union-attr]
+            deadline = time.monotonic() + 120
+            while not trained.is_set() and time.monotonic() < deadline:
+                seen.extend((view.process[0], view.position.phase, view.position.step)
+                            for view in daemon.collector.store.view().ranks
+                            if view.job == "spawned" and view.position is not None and view.process is not None)
+                time.sleep(0.01)
+            assert trained.is_set()
+            time.sleep(0.2)
+            view = rank_view(daemon, "spawned")
+            assert view.values["steps"] == 8 and view.position is not None and view.position.phase != "ended"
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.write("\n")
+                proc.stdin.close()
+            proc.wait(60)
+    assert seen and {pid for pid, _, _ in seen} == {proc.pid}  # only the rank's own process reported
+    assert "ended" not in {phase for _, phase, _ in seen}
+    steps = [step for _, _, step in seen]
+    assert steps == sorted(steps) and steps[-1] >= 8  # the current step never went back to 1

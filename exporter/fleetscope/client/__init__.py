@@ -38,7 +38,11 @@ Environment:
         - name: FLEETSCOPE_PUSH_URL
           value: "http://$(HOST_IP):9402"
 
-* ``FLEETSCOPE_PUSH_TOKEN``: bearer token, when the daemon sets ``push.token``.
+* ``FLEETSCOPE_PUSH_TOKEN``: bearer token, when the daemon sets ``push.token``
+  (surrounding whitespace, such as ``echo``'s newline, is trimmed; empty is
+  none). A token no HTTP header can carry, or one the daemon refuses, is an
+  error retrying cannot fix: logged once at error, in ``tracker.stats().error``,
+  the records counted as rejected.
 * ``FLEETSCOPE_JOB``: job id; otherwise ``SLURM_JOB_ID``, then torchrun's
   ``TORCHELASTIC_RUN_ID``. Ranks: ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``
   (torchrun), else ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``.

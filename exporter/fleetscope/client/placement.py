@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from fleetscope.record import process_start_time
 
 DEFAULT_URL = "http://127.0.0.1:9402"
-__all__ = ["DEFAULT_URL", "Placement", "detect", "node_gpu", "process_start_time", "push_url"]
+# Set by the process that reports for a rank; inherited by the processes it starts (DataLoader workers).
+RANK_PROCESS_VAR = "FLEETSCOPE_RANK_PROCESS"
+__all__ = [
+    "DEFAULT_URL", "RANK_PROCESS_VAR", "Placement", "claim_rank", "detect", "node_gpu", "process_start_time",
+    "push_url", "rank_reported_above",
+]
 
 
 @dataclass(frozen=True)
@@ -123,3 +128,24 @@ def node_gpu(
         return entry
     # CUDA_VISIBLE_DEVICES counts within what the container or the Slurm step was given.
     return _pick(given, int(entry))
+
+
+def rank_reported_above(job: str, rank: int, environ: Mapping[str, str] | None = None) -> int | None:
+    """The pid of the process above this one that already reports for ``(job, rank)``, if any.
+
+    A ``DataLoader`` worker started with ``spawn`` or ``forkserver`` (the forkserver itself too) imports the
+    training script again, so a tracker created at module level is created in it for the same rank. The
+    rank's own process said who it is in :data:`RANK_PROCESS_VAR` (:func:`claim_rank`), which every process it
+    starts inherits: a tracker that finds another process there for its own job and rank is not the rank's.
+    """
+    env = os.environ if environ is None else environ
+    pid, _, rest = env.get(RANK_PROCESS_VAR, "").partition(":")
+    rank_text, _, claimed_job = rest.partition(":")
+    if pid.isdigit() and int(pid) != os.getpid() and rank_text == str(rank) and claimed_job == job:
+        return int(pid)
+    return None
+
+
+def claim_rank(job: str, rank: int) -> None:
+    """Say in this process's environment that it reports for ``(job, rank)`` (see :func:`rank_reported_above`)."""
+    os.environ[RANK_PROCESS_VAR] = f"{os.getpid()}:{rank}:{job}"

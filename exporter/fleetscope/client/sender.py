@@ -50,6 +50,7 @@ class SenderStats:
     rejected: int  # records the daemon refused as invalid
     pending: int  # records in the buffer or in flight
     failures: int  # failed delivery attempts
+    error: str | None = None  # the last error retrying cannot fix (a token no header can carry, a refused token)
 
 
 class RecordBuffer:
@@ -105,7 +106,7 @@ class RecordBuffer:
                 batch = batch[overflow:]
             self._items.extendleft(reversed(batch))
 
-    def stats(self, failures: int) -> SenderStats:
+    def stats(self, failures: int, error: str | None = None) -> SenderStats:
         with self._lock:
             return SenderStats(
                 enqueued=self.enqueued,
@@ -114,6 +115,7 @@ class RecordBuffer:
                 rejected=self.rejected,
                 pending=len(self._items) + self.in_flight,
                 failures=failures,
+                error=error,
             )
 
     def __len__(self) -> int:
@@ -134,7 +136,10 @@ class Sender:
         position: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         self.url = url
-        self.token = token
+        # As people write it to a file or a variable: surrounding whitespace (echo's newline) is no part of it,
+        # and an empty one is none (the daemon trims both ends alike).
+        self.token = (token.strip() or None) if token is not None else None
+        self.error: str | None = None
         # Reports (steps + position) when the rank's fields are known; flat records otherwise.
         self.rank_fields = dict(rank_fields) if rank_fields is not None else None
         self.position = position
@@ -159,7 +164,7 @@ class Sender:
         self._port = parts.port
         self._base = parts.path
         self._connection: http.client.HTTPConnection | None = None
-        self._forked = False
+        self._muted = False  # never sends: a forked child, or a process that is not the rank's
         self._abandoned = False
         _register_cleanup(self)
 
@@ -178,12 +183,12 @@ class Sender:
 
     def _start(self) -> None:
         with self._start_lock:
-            if self._thread is None and not self._stop.is_set() and not self._forked:
+            if self._thread is None and not self._stop.is_set() and not self._muted:
                 self._thread = threading.Thread(target=self._run, name="fleetscope-push", daemon=True)
                 self._thread.start()
 
     def stats(self) -> SenderStats:
-        return self.buffer.stats(self.failures)
+        return self.buffer.stats(self.failures, self.error)
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is buffered (one attempt) and stop the thread, waiting at most ``timeout``."""
@@ -210,7 +215,11 @@ class Sender:
         self._start_lock = threading.Lock()
         self._wake = threading.Event()
         self._connection = None
-        self._forked = True
+        self._muted = True
+
+    def silence(self) -> None:
+        """Never send (the thread is not started; records put are kept in the bounded buffer, then dropped)."""
+        self._muted = True
 
     # -- sender thread ------------------------------------------------------------------------
 
@@ -276,6 +285,10 @@ class Sender:
             return False
         try:
             status, detail = self._post(self._base + path, body, headers)
+        except ValueError as exc:  # http.client refused the request itself (a header, the URL): never retried
+            self._permanent(f"the request cannot be sent ({type(exc).__name__}: {exc}); check the push token "
+                            f"and URL", len(batch))
+            return False
         except Exception as exc:  # connection refused, timeout, DNS: the daemon is down or slow
             self._warn(f"{type(exc).__name__}: {exc}")
             return None
@@ -289,6 +302,9 @@ class Sender:
         if status == 429 or status >= 500:
             self._warn(f"daemon answered {status}")
             return None
+        if status in (401, 403):
+            self._permanent(f"the daemon refused the push token ({status})", len(batch))
+            return False
         logger.warning("fleetscope: daemon refused %d records (%d): %s", len(batch), status,
                        detail[:300].decode("utf-8", "replace"))
         return False
@@ -330,6 +346,14 @@ class Sender:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+    def _permanent(self, message: str, records: int) -> None:
+        """An error retrying cannot fix: logged at error (once per kind), kept in ``stats().error``; the records
+        are counted as rejected."""
+        if message != self.error:
+            logger.error("fleetscope: cannot push to %s: %s (%d records dropped; every push will fail alike)",
+                         self.url, message, records)
+        self.error = message
 
     def _warn(self, message: str) -> None:
         if not self._warned:

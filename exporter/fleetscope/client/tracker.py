@@ -42,7 +42,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from fleetscope.client.placement import detect, node_gpu, process_start_time, push_url
+from fleetscope.client.placement import claim_rank, detect, node_gpu, process_start_time, push_url, rank_reported_above
 from fleetscope.client.sender import Sender, SenderStats
 from fleetscope.client.timeline import FETCH, PHASES, Mark, Timeline
 
@@ -242,7 +242,17 @@ class StepTracker:
             rank_fields=self._fields,
             position=lambda: _position_of(ref),
         )
-        self.sender.start()
+        # A process below the rank's own (a spawn or forkserver DataLoader worker importing the training script
+        # again) must not speak for the rank: no reports, no goodbye.
+        self.reporting_process = rank_reported_above(placement.job, placement.rank)
+        if self.reporting_process is not None:
+            logger.info("fleetscope: process %d is below process %d, which reports for rank %d of %s (a DataLoader "
+                        "worker?): this tracker stays silent", os.getpid(), self.reporting_process, placement.rank,
+                        placement.job)
+            self.sender.silence()
+        else:
+            claim_rank(placement.job, placement.rank)
+            self.sender.start()
 
     # -- timing -------------------------------------------------------------------------------
 
