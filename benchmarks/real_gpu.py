@@ -1,19 +1,24 @@
-"""One real GPU node, measured and captured: what ``scripts/h100-session`` runs on the GPU machine (#19 part 2).
+"""One real GPU node, measured and captured: what ``scripts/h100-session`` runs on the GPU machine (#19, #25).
 
-    python3 -m benchmarks.real_gpu --out DIR [--idle-seconds 20] [--load-seconds 60] [--cycles 30]
+    python3 -m benchmarks.real_gpu --out DIR [--idle-seconds 20] [--load-seconds 60] [--cycles 60]
 
 Steps, each recorded even when another fails (a session on borrowed hardware must not lose the rest):
 
 1. ``nvidia-smi -q`` and the driver's kernel-log lines (``NVRM``, GPU identities redacted);
-2. ``fleetscope serve`` on the real NVML, scraped every 2 s while idle, and ``fleetscope check``;
-3. a bf16 matrix-product loop in PyTorch on the GPU for ``--load-seconds``, scraped and checked again,
-   and captured (``fleetscope capture``) idle and under load: ``h100_real_idle``, ``h100_real``;
-4. the GPU collector's cost per cycle on the real NVML: wall time, and NVML calls and the time spent
-   inside them, counted at the native-library boundary (as the NVML fake counts them in the tests).
+2. the GPU collector's cost per cycle on the real NVML, idle (wall time, NVML calls, fields and the time
+   spent inside them, counted at the native-library boundary as the NVML fake counts them in the tests),
+   and each field value asked alone;
+3. ``fleetscope serve`` on the real NVML, scraped every 2 s while idle, and ``fleetscope check``;
+4. a bf16 matrix-product loop in PyTorch on the GPU for ``--load-seconds``, scraped and checked again,
+   captured (``fleetscope capture``) idle and under load (``h100_real_idle``, ``h100_real``), and the
+   collector's and the fields' cost measured again under load;
+5. the same cost on the NVML fake's H100 latency model (``benchmarks.gpu_cost``): this node as captured,
+   and a p5's 8 GPUs with NVLink.
 
 ``results.json`` holds every reading; ``report.md`` turns them into the field table (each GPU metric:
 supported, unit, idle and load values, a plausibility verdict), the throttle reasons seen, the
-collector's cost, and the differences between the captured NVML scenario and ``h100_8x_healthy``.
+collector's cost real and modelled, each field's cost, and the differences between the captured NVML
+scenario and ``h100_8x_healthy``.
 """
 
 from __future__ import annotations
@@ -25,14 +30,20 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.gpu_cost import collector_cost, markdown, model_cost, predicted_nvml_ms
+
 HOST = "127.0.0.1"
+LATENCY_MODEL = "h100_sxm_580"
+COST_SETTINGS: dict[str, Any] = {}  # the collector as the daemon runs it by default (kernel log, job attribution)
 LOAD_SCRIPT = """
 import json, sys, time
 import torch
@@ -56,96 +67,54 @@ print(json.dumps({"device": torch.cuda.get_device_name(0), "seconds": elapsed, "
 """
 
 
-# -- NVML calls, counted at the native-library boundary ----------------------------------------------
+# -- NVML's cost: the collector per cycle, each field value alone --------------------------------------
+
+# Every field the reader asks, with the candidates it may ask (PCIe bytes, NVLink totals and per-link fields).
+def _field_candidates() -> dict[int, str]:
+    from fleetscope.sources import nvml as reader
+
+    out = {f.id: f"{f.value}{'/' + ','.join(f.labels) if f.labels else ''}" for f in reader.FIELDS}
+    out.update({reader.FIELD_NVLINK_LINK_COUNT: "nvlink_links", reader.FIELD_NVLINK_STATE: "nvlink_up (link 0)"})
+    out.update({i: f"pcie_bytes/{d}" for i, d in reader.PCIE_BYTE_FIELDS.items()})
+    out.update({i: f"nvlink_errors/{e} (all links)" for i, e in reader.NVLINK_ERROR_TOTALS.items()})
+    out.update({i: f"nvlink_errors/{e} (link 0)" for i, e in reader.NVLINK_ERROR_FIELDS.items()})
+    return out
 
 
-class _Counted:
-    """One C function of the library: counted (on the measuring thread), timed, then called."""
+def field_costs(repeats: int = 15) -> dict[str, Any]:
+    """Each field value asked alone, ``repeats`` times (median µs, the answer, NVML's own ``latencyUsec``),
+    then the reader's batches: why 21 fields cost 4.9 ms, and what a field costs that this node cannot show."""
+    import pynvml
 
-    def __init__(self, name: str, function: Any, counter: NativeCallCounter) -> None:
-        object.__setattr__(self, "_name", name)
-        object.__setattr__(self, "_function", function)
-        object.__setattr__(self, "_counter", counter)
-
-    def __call__(self, *args: Any) -> Any:
-        if threading.get_ident() != self._counter.thread:
-            return self._function(*args)
-        started = time.perf_counter()
-        try:
-            return self._function(*args)
-        finally:
-            self._counter.record(self._name, time.perf_counter() - started)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._function, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._function, name, value)  # pynvml sets restype on some functions
-
-
-class NativeCallCounter:
-    """Stands in for ``pynvml.nvmlLib`` (the real CDLL or the fake) and counts the calls one thread makes."""
-
-    def __init__(self, library: Any) -> None:
-        self.library = library
-        self.thread = threading.get_ident()
-        self.calls: dict[str, list[float]] = {}  # symbol -> [calls, seconds]
-
-    def __getattr__(self, name: str) -> Any:
-        return _Counted(name, getattr(self.library, name), self)
-
-    def record(self, name: str, seconds: float) -> None:
-        spent = self.calls.setdefault(name, [0, 0.0])
-        spent[0] += 1
-        spent[1] += seconds
-
-    @classmethod
-    @contextlib.contextmanager
-    def installed(cls) -> Iterator[NativeCallCounter]:
-        import pynvml  # type: ignore[import-untyped]
-
-        with pynvml.libLoadLock:
-            library = pynvml.nvmlLib
-            counter = cls(library)
-            pynvml.nvmlLib = counter
-            pynvml._nvmlGetFunctionPointer_cache.clear()
-        try:
-            yield counter
-        finally:
-            with pynvml.libLoadLock:
-                pynvml.nvmlLib = library
-                pynvml._nvmlGetFunctionPointer_cache.clear()
-
-
-def collector_cost(cycles: int, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The GPU collector's cost per cycle after its first (which opens NVML and reads identities)."""
-    from fleetscope.collectors.gpu import GpuCollector
-    from fleetscope.config import load
-
-    collector = GpuCollector(load(settings or {}, environ={}))
+    pynvml.nvmlInit()
     try:
-        collector.collect()
-        durations: list[float] = []
-        with NativeCallCounter.installed() as counter:
-            for _ in range(cycles):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+        def timed(ids: list[tuple[int, int]]) -> tuple[float, list[Any]]:
+            spent = []
+            values: list[Any] = []
+            for _ in range(repeats):
                 started = time.perf_counter()
-                collector.collect()
-                durations.append(time.perf_counter() - started)
+                values = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+                spent.append(time.perf_counter() - started)
+            return round(statistics.median(spent) * 1e6, 1), values
+
+        alone = {}
+        for field_id, what in sorted(_field_candidates().items()):
+            us, values = timed([(field_id, 0)])
+            item = values[0]
+            alone[str(field_id)] = {"what": what, "us": us, "answer": pynvml.nvmlErrorString(item.nvmlReturn)
+                                    if item.nvmlReturn else "ok", "nvml_latency_us": int(item.latencyUsec)}
+        answered = [int(i) for i, v in alone.items() if v["answer"] == "ok"]
+        batches = {}
+        for name, ids in (("every candidate", [int(i) for i in alone]), ("those answered", answered),
+                          ("the 21 of the report", [3, 4, 5, 6, 29, 30, 31, 82, 83, 94, 142, 143, 144, 145, 74, 76,
+                                                    269, 270, 271, 230, 91])):
+            us, _ = timed([(i, 0) for i in ids])
+            batches[name] = {"fields": len(ids), "us": us}
+        return {"repeats": repeats, "alone": alone, "batches": batches}
     finally:
-        collector.close()
-    calls = sum(int(c) for c, _ in counter.calls.values())
-    inside = sum(s for _, s in counter.calls.values())
-    ordered = sorted(durations)
-    return {
-        "cycles": cycles,
-        "ms_median": round(statistics.median(durations) * 1000, 3),
-        "ms_p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 3),
-        "ms_max": round(ordered[-1] * 1000, 3),
-        "nvml_calls_per_cycle": calls / cycles,
-        "nvml_ms_per_cycle": round(inside / cycles * 1000, 3),
-        "by_symbol": {name: {"calls_per_cycle": c / cycles, "us_per_call": round(s / c * 1e6, 1)}
-                      for name, (c, s) in sorted(counter.calls.items(), key=lambda kv: -kv[1][1])},
-    }
+        pynvml.nvmlShutdown()
 
 
 # -- the daemon as a user runs it --------------------------------------------------------------------
@@ -246,6 +215,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if kmsg:
         with open(os.path.join(args.out, "kmsg-nvrm.txt"), "w", encoding="utf-8") as handle:
             handle.write("\n".join(kmsg["nvrm_lines"]) + "\n")
+    # NVML's cost first, on an idle GPU with nothing else calling NVML.
+    session.step("cost_idle", lambda: collector_cost(args.cycles, COST_SETTINGS))
+    session.step("fields_idle", field_costs)
     log = open(os.path.join(args.out, "serve.log"), "wb")  # noqa: SIM115 - closed after the daemon stops
     serve = subprocess.Popen(_fleetscope("serve", "--web.listen-address", f"{HOST}:{args.port}",
                                          "--collector.gpu.interval", "2", "--no-collector.steps"),
@@ -258,10 +230,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         load = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, str(args.load_seconds)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         time.sleep(min(10.0, args.load_seconds / 4))  # clocks, power and GPM settle
-        scrape_for = max(4.0, args.load_seconds * 0.4)
+        scrape_for = max(4.0, args.load_seconds * 0.3)
         session.step("load_scrapes", lambda: session.scrapes(scrape_for))
         session.step("check_load", session.check)
         session.step("capture_load", lambda: session.capture("h100_real"))
+        session.step("cost_load", lambda: collector_cost(args.cycles, COST_SETTINGS))
+        session.step("fields_load", field_costs)
         output, errors = load.communicate(timeout=args.load_seconds + 120)
 
         def load_result() -> Any:
@@ -270,7 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return json.loads(output.strip().splitlines()[-1])
 
         session.step("load", load_result)
-        session.step("after_load_scrapes", lambda: session.scrapes(6.0))
+        session.step("after_load_scrapes", lambda: session.scrapes(4.0))
     finally:
         serve.terminate()
         try:
@@ -278,9 +252,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             serve.kill()
         log.close()
-    session.step("collector_cost", lambda: collector_cost(args.cycles))
+    # The latency model's figures beside the real ones: this node's GPU as captured, and a p5's 8 with NVLink.
+    session.step("model_this_node", lambda: model_cost(
+        os.path.join(args.out, "h100_real.tar.gz"), LATENCY_MODEL, args.cycles))
+    session.step("model_p5", lambda: model_cost("h100_8x_healthy", LATENCY_MODEL, args.cycles))
     session.results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     session.save()
+    with open(os.path.join(args.out, "cost.json"), "w", encoding="utf-8") as handle:
+        json.dump(cost_figures(session.results), handle, indent=1, sort_keys=True)  # benchmarks/real_h100_cost.json
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as handle:
         handle.write(report(session.results, os.path.join(args.out, "h100_real.tar.gz")))
     return session.results
@@ -390,15 +369,7 @@ def report(results: dict[str, Any], capture_path: str) -> str:
         if value:
             lines += [f"`fleetscope check` ({step.split('_')[1]}): exit {value['exit']}", "```",
                       value["stdout"].strip(), "```", ""]
-    cost = _value(results, "collector_cost")
-    if cost:
-        lines += ["## GPU collector cost per cycle (real NVML)", "",
-                  f"{cost['cycles']} cycles: median {cost['ms_median']} ms, p95 {cost['ms_p95']} ms, "
-                  f"max {cost['ms_max']} ms; {cost['nvml_calls_per_cycle']:.0f} NVML calls per cycle, "
-                  f"{cost['nvml_ms_per_cycle']} ms inside NVML.", "", "| entry point | calls/cycle | µs/call |",
-                  "|---|---|---|"]
-        lines += [f"| `{n}` | {v['calls_per_cycle']:.0f} | {v['us_per_call']} |" for n, v in cost["by_symbol"].items()]
-        lines.append("")
+    lines += cost_section(results)
     kmsg = _value(results, "kernel_log")
     if kmsg:
         lines += ["## Kernel log", "", f"readable: {kmsg['readable']} {kmsg['error']}", "```",
@@ -408,6 +379,67 @@ def report(results: dict[str, Any], capture_path: str) -> str:
     if failed:
         lines += ["", "## Steps that failed", ""] + [f"* {k}: {v}" for k, v in failed.items()]
     return "\n".join(lines) + "\n"
+
+
+COST_RUNS = (("cost_idle", "real NVML, idle"), ("cost_load", "real NVML, under load"),
+             ("model_this_node", "latency model, this node as captured"),
+             ("model_p5", "latency model, p5: 8 H100s with NVLink"))
+
+
+def cost_figures(results: dict[str, Any]) -> dict[str, Any]:
+    """The cost runs, labelled, with the GPU and the date: what docs/benchmarks.md shows beside the model."""
+    smi = _value(results, "nvidia_smi") or ""
+    device = ", ".join(line.split(":", 1)[1].strip() for line in smi.splitlines()
+                       if line.startswith(("Product Name", "Driver Version")))
+    runs = [{**_value(results, step), "label": label} for step, label in COST_RUNS if _value(results, step)]
+    for run_ in runs:
+        run_.pop("by_symbol", None)
+    return {"date": results.get("started", ""), "device": device, "runs": runs}
+
+
+def cost_section(results: dict[str, Any]) -> list[str]:
+    """The collector's cost per cycle, real NVML (idle, under load) beside the latency model, and each field."""
+    runs = []
+    for step, label in COST_RUNS:
+        value = _value(results, step)
+        if value:
+            runs.append({**value, "label": label})
+    if not runs:
+        return []
+    lines = ["## GPU collector cost per cycle", "",
+             f"Cycles after the first on a clock stepped {runs[0]['interval_s']:.0f} s per cycle (slow reads and "
+             "retries come due as in a daemon at its default interval). Real NVML: wall time. Latency model: "
+             f"the collector's own CPU time plus the NVML time the fake books ({LATENCY_MODEL}).", "",
+             *markdown(runs), ""]
+    for run_ in runs:
+        if run_["on"] != "real NVML":
+            continue
+        with contextlib.suppress(Exception):  # the model's prediction needs fleetscope_sim
+            lines.append(f"* {run_['label']}: the latency model books {predicted_nvml_ms(run_, LATENCY_MODEL)} ms "
+                         f"for this call mix; NVML took {run_['nvml_ms_per_cycle']} ms.")
+    lines.append("")
+    for run_ in runs:
+        if run_["on"] != "real NVML":
+            continue
+        lines += [f"{run_['label']}:", "", "| entry point | calls/cycle | µs/call |", "|---|---|---|"]
+        lines += [f"| `{n}` | {v['calls_per_cycle']:.2f} | {v['us_per_call']} |" for n, v in run_["by_symbol"].items()]
+        lines.append("")
+    idle, loaded = _value(results, "fields_idle"), _value(results, "fields_load")
+    if idle:
+        lines += ["## Field values, each asked alone", "",
+                  f"`nvmlDeviceGetFieldValues` with one field, median of {idle['repeats']} calls, idle and under load; "
+                  "NVML's own `latencyUsec` for the field beside it.", "",
+                  "| field | reading | answer | µs idle | µs load | latencyUsec idle |", "|---|---|---|---|---|---|"]
+        for field_id, entry in idle["alone"].items():
+            under = (loaded or {}).get("alone", {}).get(field_id, {})
+            lines.append(f"| {field_id} | {entry['what']} | {entry['answer']} | {entry['us']} | "
+                         f"{under.get('us', '')} | {entry['nvml_latency_us']} |")
+        lines += ["", "| batch | fields | µs idle | µs load |", "|---|---|---|---|"]
+        for name, entry in idle["batches"].items():
+            under = (loaded or {}).get("batches", {}).get(name, {})
+            lines.append(f"| {name} | {entry['fields']} | {entry['us']} | {under.get('us', '')} |")
+        lines.append("")
+    return lines
 
 
 def _fmt(values: list[float]) -> str:
@@ -443,6 +475,9 @@ def scenario_differences(capture_path: str) -> list[str]:
         if not fake.gpus:
             return {}
         values = {f.name: getattr(fake.gpus[0], f.name) for f in dataclasses.fields(fake.gpus[0])}
+        gpu = fake.gpus[0]  # as the fake answers: GPM's PCIe rates and the NVLink totals, given or derived
+        values["gpm"] = gpu.gpm_metrics() or values["gpm"]
+        values["nvlink_error_totals"] = {k: gpu.nvlink_total(k) for k in ("replay", "recovery", "crc_flit", "crc_data")}
         return {k: NOT_SUPPORTED if v is None else v for k, v in values.items()}
 
     mine, theirs = answers(captured), answers(shipped)
@@ -463,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9402)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--load-seconds", type=float, default=60.0)
-    parser.add_argument("--cycles", type=int, default=30)
+    parser.add_argument("--cycles", type=int, default=60, help="Collector cycles per cost run (10 s apart).")
     args = parser.parse_args(argv)
     results = run(args)
     failed = [k for k, v in results.items() if isinstance(v, dict) and v.get("ok") is False]

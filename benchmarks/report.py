@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from benchmarks.gpu_cost import LATENCY_MODEL, markdown, real_results
 from benchmarks.measure import Environment, NodeResults, Profiles, PushResults, Settings
 from benchmarks.nccl import NcclResults
 from benchmarks.nccl import render as render_nccl
@@ -40,6 +42,7 @@ class Results:
     push: PushResults | None = None
     nccl: NcclResults | None = None
     profiles: Profiles | None = None
+    gpu: list[dict[str, Any]] | None = None  # benchmarks.gpu_cost results, one per run
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def targets(r: Results) -> list[Target]:
                node.ingest.records_per_second if node else NAN, 20_000, False, lambda v: f"{rate(v)} records/s"),
         Target("series per node", "≤ 2,500", float(node.series_total) if node else NAN, 2500, True,
                lambda v: f"{v:,.0f}"),
+        Target("GPU collector per GPU per cycle, 8 H100s with NVLink, on the NVML latency model (median)", "≤ 3 ms",
+               r.gpu[0]["ms_per_gpu_median"] / 1000 if r.gpu else NAN, 0.003, True, ms2),
     ]
 
 
@@ -555,6 +560,48 @@ def _series(add: Add, r: Results) -> None:
     add("")
 
 
+def _gpu(add: Add, r: Results) -> None:
+    add("## 6c. The GPU collector on NVML's cost")
+    add("")
+    if not r.gpu:
+        add("Not run.")
+        add("")
+        return
+    add("NVML calls are not free: on a real H100 (driver 580) a field value costs about 0.23 ms, "
+        "`nvmlDeviceGetMaxClockInfo` 1.7 ms, `nvmlDeviceGetPcieThroughput` 21 ms (a 20 ms sample). The NVML fake "
+        f"books each call what it cost there (`{LATENCY_MODEL}`, `sim/fleetscope_sim/nvml_fake/scenarios/latency/`) "
+        "on a virtual clock; a cycle costs the collector's own CPU time plus that NVML time. "
+        f"{r.gpu[0]['cycles']} cycles after the first, on a clock stepped {r.gpu[0]['interval_s']:.0f} s per cycle "
+        "(the default interval), so each GPU's slow values (every 60 s, the GPUs spread over the minute) and the "
+        "retries of NOT_SUPPORTED answers (every 10 minutes) come due as in a daemon. The first cycle reads "
+        "identities and constants.")
+    add("")
+    lines = markdown(r.gpu)
+    for line in lines:
+        add(line)
+    add("")
+    add("Before #25 the same model gave 572 ms per cycle for the p5 (71.5 ms per GPU: 241 calls and 744 field "
+        "values per cycle; each GPU's 2 x 20 ms PCIe samples, 3 maximum clocks, 2 temperature thresholds, a fan "
+        "that answers NOT_SUPPORTED, and 93 field values, 72 of them per-link NVLink, every cycle; the issue "
+        "measured 588 ms). Now constants are read once per GPU, PCIe throughput comes from GPM (the byte "
+        "counters without GPM), NOT_SUPPORTED is asked again after 10 minutes, and every field value, "
+        "NVLink's included, is a slow value. How a field value's cost splits between fields was not measured "
+        "(every field is charged the same 234 µs, per-link NVLink fields too: no NVLink on the measured node); "
+        "`scripts/h100-session` measures each field alone on a real GPU.")
+    add("")
+    real = real_results()
+    if real:
+        add(f"On the real GPU ({real.get('device', '')}, {real.get('date', '')}, `scripts/h100-session`):")
+        add("")
+        for line in markdown(real.get("runs", [])):
+            add(line)
+        add("")
+    else:
+        add("No real-GPU session's figures are committed yet (`benchmarks/real_h100_cost.json`, written by "
+            "`scripts/h100-session` as `cost.json`).")
+        add("")
+
+
 def _profiles(add: Add, r: Results) -> None:
     add("## 7. Where the time goes")
     add("")
@@ -665,6 +712,7 @@ def render(r: Results, date: str, quick: bool, wall_seconds: float) -> str:
     lines.extend(render_budget())
     if r.nccl is not None:
         lines.extend(render_nccl(r.nccl))
+    _gpu(add, r)
     _profiles(add, r)
     _kubernetes(add, r)
     return "\n".join(lines) + "\n"

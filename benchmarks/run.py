@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import measure, nccl, report, scrape
+from benchmarks import gpu_cost, measure, nccl, report, scrape
 from benchmarks.harness import REPO_ROOT, find_binary
 
 # Each part: (name, what it measures, how to run it into the results). Run in this order.
@@ -44,6 +44,8 @@ PARTS: tuple[tuple[str, str, Callable[[report.Results, Callable[[str], None], bo
      lambda r, log, quick: setattr(r, "push", measure.measure_push(r.settings, log))),
     ("nccl", "series per node with the NCCL Inspector, reading cost",
      lambda r, log, quick: setattr(r, "nccl", nccl.measure(5_000 if quick else 50_000))),
+    ("gpu", "the GPU collector per cycle on the H100 NVML latency model",
+     lambda r, log, quick: setattr(r, "gpu", gpu_cost.measure_for_report(6 if quick else 60))),
     ("profiles", "cProfile of the scrape path and the collectors",
      lambda r, log, quick: setattr(r, "profiles", measure.measure_profiles(r.settings, 5 if quick else 30, log))),
 )

@@ -199,6 +199,20 @@ class GpuConfig:
     xid_window: float = setting("gpu.xid-window", 3600.0, parse_seconds, "How far back a fatal Xid makes `check` fail.")
     lost_retry: float = setting("gpu.lost-retry", 60.0, parse_seconds, "How often a lost GPU is retried.")
     kmsg: bool = setting("gpu.kmsg", True, parse_bool, "Read Xid errors from the kernel log.")
+    slow_interval: float = setting(
+        "gpu.slow-interval", 60.0, parse_seconds,
+        "How often each GPU's counters and error states are read (energy, throttle time, ECC, row remapping, "
+        "recovery action, PCIe and NVLink errors and state); an NVML error event for the GPU reads them at once.",
+    )
+    unsupported_retry: float = setting(
+        "gpu.unsupported-retry", 600.0, parse_seconds,
+        "How long a value the GPU answered NOT_SUPPORTED or NO_PERMISSION is not asked for again.",
+    )
+    pcie_sampler: bool = setting(
+        "gpu.pcie-sampler", False, parse_bool,
+        "On GPUs without GPM PCIe rates, also sample PCIe throughput with nvmlDeviceGetPcieThroughput "
+        "(20 ms per direction, GPU and collection); off, they export the PCIe byte counters.",
+    )
     jobs_dir: str = setting(
         "gpu.jobs-dir", "/run/fleetscope/jobs", parse_str,
         "Directory where Slurm prolog scripts record job-to-GPU assignments.",

@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from fleetscope.sources.nvml_h import EVENT_DOUBLE_BIT_ECC
 from fleetscope_sim.inspector import rank_pid
 from fleetscope_sim.tree import NodePaths
 
@@ -31,6 +32,7 @@ class GpuFeed:
         self.fake: Any = None
         self._mtime = 0.0
         self._xids_seen: dict[int, int] = {}
+        self._uncorrected: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,6 +103,10 @@ class GpuFeed:
                 gpu.set(gpm={"sm_active": 90.0 * busy, "sm_occupancy": 40.0 * busy, "tensor_active": 55.0 * busy,
                              "dram_active": 50.0 * busy})
             gpu.throttle(*g["throttle"])
+            if g["ecc_uncorrected"] > self._uncorrected.get(g["index"], 0):
+                # NVML posts a double-bit ECC event with the error: the daemon reads the GPU's ECC counters at once
+                self.fake.inject_event(g["index"], EVENT_DOUBLE_BIT_ECC)
+            self._uncorrected[g["index"]] = g["ecc_uncorrected"]
             seen = self._xids_seen.get(g["index"], 0)
             for xid in g["xids"][seen:]:
                 self.fake.inject_xid(g["index"], xid)

@@ -64,6 +64,8 @@ def collector_flags(interval: float | None, enabled: Collection[str] | None = No
         else:
             flags[f"collector.{name}.interval"] = interval
             flags[f"collector.{name}.timeout"] = min(entry.default_timeout, max(1.0, interval * 0.8))
+    if interval is not None:  # the GPUs' slow values every 6 collections, as the defaults (60 s at 10 s) have it
+        flags["gpu.slow-interval"] = 6 * interval
     return flags
 
 

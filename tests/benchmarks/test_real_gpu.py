@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from benchmarks.real_gpu import collector_cost, kernel_log_lines, plausibility, report, scenario_differences
+from benchmarks.real_gpu import cost_section, kernel_log_lines, plausibility, report, scenario_differences
 from fleetscope.capture.archive import render, take_snapshot, write_archive
-from fleetscope_sim.nvml_fake import install, load_scenario, uninstall
+from fleetscope_sim.nvml_fake import uninstall
 from tests.capture.nodes import KMSG, FixtureNode
 
 
@@ -16,20 +16,6 @@ from tests.capture.nodes import KMSG, FixtureNode
 def no_fake_left() -> object:
     yield
     uninstall()
-
-
-def test_collector_cost_counts_the_calls_the_library_sees(tmp_path) -> None:
-    fake = load_scenario("h100_8x_healthy")
-    install(fake)
-    settings = {"path.sysfs": str(tmp_path), "path.procfs": str(tmp_path), "gpu.kmsg": False}
-    cost = collector_cost(5, settings)
-    fake.release()
-    # the fake counts every call, the counter only the measured cycles of the collecting thread
-    per_cycle = {name: spent["calls_per_cycle"] for name, spent in cost["by_symbol"].items()}
-    assert per_cycle["nvmlDeviceGetPowerUsage"] == 8 and per_cycle["nvmlDeviceGetFieldValues"] == 16
-    assert cost["nvml_calls_per_cycle"] == sum(per_cycle.values()) and cost["nvml_calls_per_cycle"] > 200
-    assert all(fake.calls[name] >= 5 * calls for name, calls in per_cycle.items())
-    assert 0 < cost["nvml_ms_per_cycle"] <= cost["ms_median"] * 1.5
 
 
 def test_plausibility_rules_can_fail() -> None:
@@ -79,3 +65,21 @@ def test_scenario_differences_name_what_differs(tmp_path) -> None:
     rows = "\n".join(scenario_differences(capture))
     assert "| `driver_version` | 550.90.07 | 525.147.05 |" in rows and "| `missing_functions` |" in rows
     assert "| `recovery_action` | 0 | NVML_ERROR_NOT_SUPPORTED |" in rows
+
+
+def test_the_cost_section_sets_real_nvml_beside_the_model_and_lists_each_field() -> None:
+    from benchmarks.gpu_cost import model_cost
+
+    modelled = model_cost("h100_8x_healthy", cycles=6)
+    real = {**modelled, "on": "real NVML", "gpus": 1}  # shaped like a real run's result
+    fields = {"repeats": 3, "alone": {"83": {"what": "energy", "us": 210.0, "answer": "ok", "nvml_latency_us": 180},
+                                      "29": {"what": "retired_pages/single_bit", "us": 95.0,
+                                             "answer": "Not Supported", "nvml_latency_us": 0}},
+              "batches": {"those answered": {"fields": 1, "us": 212.0}}}
+    results = {"cost_idle": {"ok": True, "value": real}, "model_p5": {"ok": True, "value": modelled},
+               "fields_idle": {"ok": True, "value": fields}, "cost_load": {"ok": False, "error": "x"}}
+    text = "\n".join(cost_section(results))
+    assert "| real NVML, idle | 1 | 18 |" in text and "| latency model, p5: 8 H100s with NVLink | 8 | 18 |" in text
+    assert "real NVML, idle: the latency model books" in text  # its prediction for the real call mix
+    assert "| 29 | retired_pages/single_bit | Not Supported | 95.0 |  | 0 |" in text
+    assert "| those answered | 1 | 212.0 |  |" in text

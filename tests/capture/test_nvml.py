@@ -11,7 +11,12 @@ from fleetscope.capture.nvml import capture_nvml
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import load
 from fleetscope.sources.nvml import NvmlSource
-from fleetscope.sources.nvml_h import FIELDS, GPU_FIELDS, LINK_FIELDS
+from fleetscope.sources.nvml_h import (
+    FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+    FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    GPU_FIELDS,
+    LINK_FIELDS,
+)
 from fleetscope_sim.nvml_fake import FakeNvml, install, installed, load_scenario, uninstall
 
 CODES = """base: h100_8x_healthy
@@ -40,40 +45,38 @@ def _capture(scenario: str, **kwargs: float) -> dict:
     return result.scenario
 
 
-def _field_values(fake: FakeNvml) -> dict[tuple[str, tuple[str, ...]], float]:
-    """What the reader makes of every field of the table on GPU 0: (value, labels) -> number."""
+def _readings(fake: FakeNvml) -> dict[tuple[str, str, tuple[str, ...]], float]:
+    """What the reader makes of GPU 0 at both detail levels: (level, value, labels) -> number."""
     install(fake)
-    source = NvmlSource()
+    found: dict[tuple[str, str, tuple[str, ...]], float] = {}
     try:
-        gpu = next(sample for sample in source.read().samples if sample.identity.index == 0)
+        for level in ("default", "all"):
+            source = NvmlSource(per_link=level == "all")
+            try:
+                gpu = next(sample for sample in source.read().samples if sample.identity.index == 0)
+            finally:
+                source.close()
+            found.update({(level, value, ()): number for value, number in gpu.scalars.items()})
+            found.update({(level, value, labels): number for value, labelled in gpu.labelled.items()
+                          for labels, number in labelled.items()})
     finally:
-        source.close()
         uninstall()
-    found: dict[tuple[str, tuple[str, ...]], float] = {}
-    for field in FIELDS:
-        if field.value is None:
-            continue
-        if field.per_link:
-            for link in range(gpu.nvlink_links):
-                found[(field.value, (str(link), *field.labels))] = gpu.labelled[field.value][(str(link), *field.labels)]
-        elif field.labels:
-            found[(field.value, field.labels)] = gpu.labelled[field.value][field.labels]
-        else:
-            found[(field.value, ())] = gpu.scalars[field.value]
     return found
 
 
 def test_every_field_of_the_table_is_read_captured_and_replayed(tmp_path) -> None:
-    """A value of its own in every field's home in the fake; the reader reads each one, the capture keeps
-    each one, and the replayed capture reads the same. A field the capture (or the fake) lacked would
-    replay as NOT_SUPPORTED and be missing here."""
+    """A value of its own in every field's home in the fake; the reader reads each one (at its detail level),
+    the capture keeps each one, and the replayed capture reads the same. A field the capture (or the fake)
+    lacked would replay as NOT_SUPPORTED and be missing here."""
     fake = load_scenario("h100_8x_healthy")
     gpu = fake.gpu(0)
-    gpu.set(nvlink_up=[True, False, True, True])
+    gpu.set(nvlink_up=[True, False, True, True], gpm=None)  # without GPM: the PCIe byte counters are read
+    numbers: dict[int, int] = {}
     for number, field in enumerate(GPU_FIELDS, start=1001):
         attr, key = field.home
         if field.value is None:
             continue
+        numbers[field.id] = number
         if key is None:
             setattr(gpu, attr, number)
         else:
@@ -82,10 +85,20 @@ def test_every_field_of_the_table_is_read_captured_and_replayed(tmp_path) -> Non
         attr, key = field.home
         if key is not None:
             getattr(gpu, attr)[key] = [number * 100 + link for link in range(len(gpu.nvlink_up))]
-    expected = _field_values(fake)
-    assert expected[("energy", ())] == 1009 and expected[("remapped_rows", ("correctable",))] == 1011
-    assert expected[("nvlink_up", ("1",))] == 0 and expected[("nvlink_errors", ("3", "crc"))] == 403
-    assert len(expected) == len(GPU_FIELDS) - 1 + 4 * len(LINK_FIELDS)
+    expected = _readings(fake)
+    crc = numbers[FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL] + numbers[FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL]
+    for field in GPU_FIELDS:
+        if field.value is None:
+            continue
+        levels = ("default", "all") if field.detail == "any" else (field.detail,)
+        for level in levels:
+            if field.detail == "default":  # an all-link NVLink total; the two CRC totals add up
+                want = crc if field.labels == ("crc",) else numbers[field.id]
+                assert expected[(level, field.value, ("", *field.labels))] == want, field
+            else:
+                assert expected[(level, field.value, field.labels)] == numbers[field.id], field
+    assert expected[("all", "nvlink_up", ("1",))] == 0 and expected[("all", "nvlink_errors", ("3", "crc"))] == 403
+    assert ("default", "nvlink_errors", ("3", "crc")) not in expected  # the totals stand for the links there
 
     fake = load_scenario("h100_8x_healthy")
     fake.gpus[0] = gpu
@@ -94,7 +107,7 @@ def test_every_field_of_the_table_is_read_captured_and_replayed(tmp_path) -> Non
     assert result.scenario is not None, result.error
     path = tmp_path / "captured.yaml"
     path.write_text(yaml.safe_dump(result.scenario))
-    assert _field_values(load_scenario(str(path))) == expected
+    assert _readings(load_scenario(str(path))) == expected
 
 
 def test_the_capture_asks_everything_the_collector_asks(tmp_path) -> None:
@@ -120,8 +133,8 @@ def test_return_codes_are_kept_where_they_were_answered(tmp_path) -> None:
     scenario = _capture(str(path))
     gpu = scenario["defaults"] | scenario["gpus"][0]
     assert gpu["power_mw"] == "NVML_ERROR_NO_PERMISSION"
-    assert gpu["clocks_mhz"] == {"graphics": 1980, "sm": 1980, "memory": "NVML_ERROR_UNKNOWN"}
-    assert gpu["gpm"]["tensor_active"] == "NVML_ERROR_NOT_SUPPORTED" and gpu["gpm"]["sm_active"] == 82.5
+    assert gpu["clocks_mhz"] == {"graphics": 1320, "sm": 1320, "memory": "NVML_ERROR_UNKNOWN"}
+    assert gpu["gpm"]["tensor_active"] == "NVML_ERROR_NOT_SUPPORTED" and gpu["gpm"]["sm_active"] == 96.25
     # the field refused, the older call answered: the value is kept, the field keeps its own code
     assert gpu["energy_mj"] == 987654321 and gpu["errors"]["field:83"] == "NVML_ERROR_NO_PERMISSION"
     assert gpu["temperature"] == 52 and gpu["errors"]["nvmlDeviceGetTemperatureV"] == "NVML_ERROR_NOT_SUPPORTED"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pynvml
@@ -137,11 +138,12 @@ def test_hanging_call_blocks_until_released() -> None:
         assert worker.is_alive() and result == []
         fake.release()
         worker.join(5)
-        assert result == [612345]
+        assert result == [692345]
 
 
 def test_events_only_after_registration_and_for_registered_types() -> None:
     fake = load_scenario("h100_8x_healthy")
+    fake.gpu(1).set(supported_events=0xC0B)  # ECC, Xid, retirement: no clock-change events
     with installed(fake):
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(1)
@@ -191,7 +193,7 @@ def test_any_return_code_can_stand_where_a_value_would(tmp_path) -> None:
         with pytest.raises(pynvml.NVMLError_NoPermission) as refused:
             pynvml.nvmlDeviceGetPowerUsage(handle)
         assert str(refused.value) == "Insufficient Permissions"
-        assert pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) == 1980
+        assert pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) == 1320
         with pytest.raises(pynvml.NVMLError_Unknown):
             pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
         # the energy field is refused while the older call still answers
@@ -218,3 +220,85 @@ def test_return_code_names_are_the_binding_s() -> None:
             assert named[name] == code and NvmlReturn.named(name) == NvmlReturn(code)
     with pytest.raises(ValueError, match="not an NVML return code"):
         NvmlReturn.named("NVML_ERROR_NO_SUCH_THING")
+
+
+def test_a_latency_model_books_what_each_call_costs_without_waiting() -> None:
+    fake = load_scenario("h100_8x_healthy")
+    assert fake.latency is not None and fake.latency.name == "h100_sxm_580"
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        started, before = time.monotonic(), fake.booked().modelled_seconds
+        pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)  # the first call: 1,980 µs
+        pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)  # then 1,724 µs
+        pynvml.nvmlDeviceGetFieldValues(handle, [3, 4, 82])  # 234 µs a field
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetFanSpeed(handle)  # refused, and it costs what the real refusal cost
+        booked = fake.booked().modelled_seconds - before
+        assert booked == pytest.approx((1980 + 1724.2 + 3 * 234 + 615) / 1e6)
+        assert time.monotonic() - started < booked + 0.5  # virtual: nothing slept
+        other: list[float] = []
+        worker = threading.Thread(target=lambda: other.append(
+            pynvml.nvmlDeviceGetPowerUsage(handle) and fake.booked().modelled_seconds))
+        worker.start()
+        worker.join(5)
+        assert other == [pytest.approx(1024 / 1e6)]  # each thread's calls are its own
+        assert fake.fields_asked[82] == 1 and fake.booked().own_seconds > 0
+        pynvml.nvmlShutdown()
+
+
+def test_latency_models_by_name_inline_and_from_a_capture() -> None:
+    from fleetscope_sim.nvml_fake import LatencyModel
+
+    assert LatencyModel.of({"calls_us": {"nvmlDeviceGetPowerUsage": 7}, "default_us": 2}).call_us("x") == 2
+    with pytest.raises(ValueError, match="no latency model 'h100_nvl'"):
+        LatencyModel.named("h100_nvl")
+    with pytest.raises(ValueError, match="unknown keys"):
+        LatencyModel.from_data({"field": 3})
+    captured = LatencyModel.from_capture({"nvmlDeviceGetFieldValues": {"calls": 1, "ms": 5.525},
+                                         "nvmlDeviceGetClockInfo": {"calls": 3, "ms": 0.52}})
+    assert captured.cost_us("nvmlDeviceGetFieldValues", fields=21) == pytest.approx(5525)
+    assert captured.call_us("nvmlDeviceGetClockInfo") == pytest.approx(173.3, abs=0.1)
+
+
+def test_new_fields_gpm_pcie_rates_and_nvlink_totals() -> None:
+    fake = load_scenario("h100_8x_healthy")
+    fake.gpu(0).nvlink_errors["replay"][3] = 4
+    fake.gpu(0).nvlink_errors["replay"][7] = 1
+    fake.gpu(0).set(pcie_errors={"correctable": 12})
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        values = pynvml.nvmlDeviceGetFieldValues(handle, [52, 45, 173, 180, 197])
+        assert [v.value.ullVal for v in values] == [5, 0, 12, 0, 1823554560000]
+        fake.gpu(0).set(nvlink_up=[], nvlink_errors={"replay": [], "recovery": [], "crc": []})
+        (total,) = pynvml.nvmlDeviceGetFieldValues(handle, [52])
+        assert total.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED  # no links, no totals
+        first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+        pynvml.nvmlGpmSampleGet(handle, first)
+        pynvml.nvmlGpmSampleGet(handle, second)
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version, request.numMetrics = pynvml.NVML_GPM_METRICS_GET_VERSION, 2
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId, request.metrics[1].metricId = 20, 21  # PCIe TX/RX, MiB/s
+        result = pynvml.nvmlGpmMetricsGet(request)
+        assert [result.metrics[i].value for i in range(2)] == [1250000 / 1024, 2500000 / 1024]
+        pynvml.nvmlShutdown()
+
+
+def test_a_gpu_reset_and_a_driver_reload() -> None:
+    fake = load_scenario("h100_8x_healthy")
+    fake.reset_gpu(2, power_limit_mw=650000)
+    gpu = fake.gpu(2)
+    assert (gpu.energy_mj, gpu.ecc["uncorrected_volatile"], gpu.ecc["corrected_aggregate"]) == (0, 0, 41)  # type: ignore[index]
+    assert gpu.power_limit_mw == 650000 and gpu.throttle_ns["sw_power_cap"] == 0
+    assert fake.gpu(3).energy_mj == 987654321
+    with installed(fake):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(3)
+        fake.reload_driver()
+        with pytest.raises(pynvml.NVMLError_Uninitialized):
+            pynvml.nvmlDeviceGetPowerUsage(handle)
+        pynvml.nvmlInit()
+        assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) == 0
+        pynvml.nvmlShutdown()

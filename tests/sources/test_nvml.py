@@ -11,7 +11,7 @@ import pytest
 from fleetscope.errors import NoHardware
 from fleetscope.sources.nvml import NvmlSource
 from fleetscope.sources.xid import PciAddress, XidSighting
-from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall
+from fleetscope_sim.nvml_fake import FakeNvml, NvmlReturn, install, load_scenario, uninstall
 
 
 @pytest.fixture
@@ -37,22 +37,28 @@ def by_index(reading) -> dict:
 def test_h100_values_in_nvml_units(scenario) -> None:
     scenario("h100_8x_healthy")
     source = NvmlSource()
-    reading = source.read()
+    source.read()
+    reading = source.read()  # GPM rates need two samples
     assert (reading.device_count, reading.driver_version, reading.nvml_version) == (8, "550.90.07", "12.550.90.07")
     gpu = by_index(reading)[5]
     assert gpu.identity.pci_bus_id == "00000000:A8:00.0" and gpu.identity.pci == PciAddress(0, 0xA8, 0)
     assert (gpu.identity.architecture, gpu.identity.mig_mode) == ("hopper", "disabled")
-    assert gpu.scalars["power"] == 612345 and gpu.scalars["energy"] == 987654321
-    assert gpu.scalars["memory_reserved"] == 560988160 and gpu.scalars["memory_temperature"] == 61
-    assert gpu.labelled["clock"][("sm",)] == 1980
+    assert gpu.scalars["power"] == 692345 and gpu.scalars["energy"] == 987654321
+    assert gpu.scalars["memory_reserved"] == 503316480 and gpu.scalars["memory_temperature"] == 61
+    assert gpu.labelled["clock"][("sm",)] == 1320 and gpu.labelled["clock_max"][("sm",)] == 1980
     assert gpu.labelled["throttle_active"][("sw_power_cap",)] == 1
     assert gpu.labelled["throttle_active"][("hw_slowdown",)] == 0
     assert gpu.labelled["throttle_seconds"][("sw_power_cap",)] == 12500000000
     assert gpu.labelled["ecc_errors"][("corrected", "aggregate")] == 41
     assert len(gpu.labelled["nvlink_up"]) == 18 and gpu.nvlink_links == 18
+    # GPM's PCIe rates (MiB/s) in the sampler's unit, KB/s; the byte counters are for GPUs without them
     assert gpu.labelled["pcie_throughput"] == {("tx",): 1250000, ("rx",): 2500000}
+    assert "pcie_bytes" not in gpu.labelled
+    assert gpu.labelled["pcie_errors"] == {("correctable",): 0, ("non_fatal",): 0, ("fatal",): 0}
+    assert "pcie_link_events" not in gpu.labelled  # detail=all
     assert [p.pid for p in gpu.processes] == [4106]
     assert "fan_speed" not in gpu.scalars  # SXM: no fan, so no value (not 0)
+    assert "retired_pages" not in gpu.labelled and "retired_pages_pending" not in gpu.scalars  # rows remap instead
     source.close()
 
 
@@ -62,7 +68,7 @@ def test_gpm_needs_two_samples_and_reports_percent(scenario) -> None:
     assert "sm_active" not in by_index(source.read())[0].scalars
     fake.gpu(0).set(gpm={"sm_active": 12.5})
     gpu = by_index(source.read())[0]
-    assert gpu.scalars["sm_active"] == 12.5 and gpu.scalars["dram_active"] == 55.5
+    assert gpu.scalars["sm_active"] == 12.5 and gpu.scalars["dram_active"] == 25.5
     source.close()
     assert fake.initialized == 0
 
@@ -103,7 +109,7 @@ def test_unsupported_values_are_absent_and_quiet(scenario, caplog) -> None:
     for key in ("memory_temperature", "energy", "performance_state", "recovery_action", "power_limit", "pcie_replays"):
         assert key not in gpu.scalars
     assert "ecc_errors" not in gpu.labelled and "pcie_throughput" not in gpu.labelled
-    assert gpu.scalars["power"] == 612345  # the rest still reports
+    assert gpu.scalars["power"] == 692345  # the rest still reports
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     # Each unsupported value is mentioned once per GPU, not on every collection.
     messages = [r.getMessage() for r in caplog.records if "gpu 2: power_limit" in r.getMessage()]
@@ -132,9 +138,25 @@ def test_nvlink_down_and_errors_per_link(scenario) -> None:
     fake = scenario("h100_8x_healthy")
     fake.gpu(6).nvlink_up[4] = False
     fake.gpu(6).nvlink_errors["crc"][4] = 17
-    gpu = by_index(NvmlSource().read())[6]
+    fake.gpu(6).nvlink_errors["crc"][9] = 3
+    gpu = by_index(NvmlSource(per_link=True).read())[6]
     assert gpu.labelled["nvlink_up"][("4",)] == 0 and gpu.labelled["nvlink_up"][("5",)] == 1
-    assert gpu.labelled["nvlink_errors"][("4", "crc")] == 17
+    assert gpu.labelled["nvlink_errors"][("4", "crc")] == 17 and gpu.labelled["nvlink_errors"][("9", "crc")] == 3
+    # The default level exports the GPU's sum over its links: NVML's all-link totals, 4 fields instead of 54.
+    before = dict(fake.fields_asked)
+    gpu = by_index(NvmlSource().read())[6]
+    assert gpu.labelled["nvlink_errors"] == {("", "crc"): 20, ("", "replay"): 0, ("", "recovery"): 0}
+    asked = {f: n - before.get(f, 0) for f, n in fake.fields_asked.items() if n > before.get(f, 0)}
+    assert 161 not in asked and asked[52] == 8 and asked[165] == 8 * 18
+
+
+def test_nvlink_per_link_counters_where_the_driver_has_no_totals(scenario) -> None:
+    fake = scenario("h100_8x_healthy")
+    for gpu in fake.gpus:
+        gpu.errors.update({f"field:{f}": NvmlReturn.named("NVML_ERROR_NOT_SUPPORTED") for f in (38, 45, 52, 59)})
+    fake.gpu(2).nvlink_errors["replay"][1] = 5
+    gpu = by_index(NvmlSource().read())[2]
+    assert gpu.labelled["nvlink_errors"][("1", "replay")] == 5 and len(gpu.labelled["nvlink_errors"]) == 54
 
 
 def test_lost_gpu_is_isolated_and_retried_after_the_interval(scenario) -> None:

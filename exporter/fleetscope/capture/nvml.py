@@ -30,6 +30,7 @@ from fleetscope.sources.nvml_h import (
     FI_DEV_NVLINK_GET_STATE,
     FI_DEV_NVLINK_LINK_COUNT,
     GPM_METRICS,
+    GPM_PCIE,
     GPU_FIELDS,
     LINK_FIELDS,
     WATCHED_EVENTS,
@@ -49,6 +50,9 @@ SINGLE_VALUES = {  # C symbol -> FakeGpu attribute, for the getters that answer 
 }
 IDENTITY = {"nvmlDeviceGetName": "name", "nvmlDeviceGetUUID": "uuid", "nvmlDeviceGetSerial": "serial",
             "nvmlDeviceGetVbiosVersion": "vbios_version"}
+
+# The GPM metrics asked, by the key the fake keeps each under: the collector's ratios and PCIe rates (MiB/s).
+GPM_ASKED = {**GPM_METRICS, **{metric: f"pcie_{direction}" for metric, direction in GPM_PCIE.items()}}
 
 
 @dataclass(frozen=True)
@@ -431,16 +435,16 @@ def _gpm_finish(nvml: Any, ask: Asker, record: GpuRecord, handle: Any, first: An
             return
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
+        request.numMetrics = len(GPM_ASKED)
         request.sample1, request.sample2 = first, second.value
-        for slot, metric_id in enumerate(GPM_METRICS):
+        for slot, metric_id in enumerate(GPM_ASKED):
             request.metrics[slot].metricId = metric_id
         result = ask("nvmlGpmMetricsGet", nvml.nvmlGpmMetricsGet, request)
         if not result.ok:
             record.fields["gpm"] = status_name(result)
             return
         gpm: dict[str, Any] = {}
-        for slot, name in enumerate(GPM_METRICS.values()):
+        for slot, name in enumerate(GPM_ASKED.values()):
             metric = result.value.metrics[slot]
             gpm[name] = float(metric.value) if metric.nvmlReturn == 0 else NvmlReturn(int(metric.nvmlReturn)).name
         record.fields["gpm"] = gpm

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,18 +57,23 @@ class GpuCollector(Collector, HealthCheck, Closeable):
     name = "gpu"
     tables = gpu.TABLES
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` paces NVML's slow reads and retries (a benchmark steps it instead of waiting)."""
         self.config = config
         self._sysfs = Root(config.path.sysfs)
         self._procfs = Root(config.path.procfs)
         self._jobs_dir = Root(config.gpu.jobs_dir)
         self._ledger = XidLedger()
-        self._nvml = NvmlSource(lost_retry=config.gpu.lost_retry, on_xid=self._ledger.record)
+        self.detail = Detail(config.collector(self.name).detail)
+        self._nvml = NvmlSource(
+            lost_retry=config.gpu.lost_retry, on_xid=self._ledger.record, slow_interval=config.gpu.slow_interval,
+            unsupported_retry=config.gpu.unsupported_retry, per_link=self.detail.level == "all",
+            pcie_sampler=config.gpu.pcie_sampler, clock=clock,
+        )
         self._kmsg: KmsgReader | None = None
         self._kmsg_failed = False
         self._kmsg_uuids: dict[PciAddress, str] = {}
         self._lock = threading.Lock()
-        self.detail = Detail(config.collector(self.name).detail)
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -119,8 +119,27 @@ PCIE_LINK_MAX_WIDTH = _g(
     "fleetscope_gpu_pcie_link_max_width", "Maximum PCIe link width (lanes).", "nvmlDeviceGetMaxPcieLinkWidth")
 PCIE_THROUGHPUT_BYTES_PER_SECOND = _g(
     "fleetscope_gpu_pcie_throughput_bytes_per_second",
-    "PCIe throughput over NVML's last 20 ms window (direction = tx, rx).",
-    "nvmlDeviceGetPcieThroughput (KB/s)", "bytes", 1024.0, ("direction",))
+    "PCIe throughput between the GPU's last two collections (GPM, Hopper and newer; direction = tx, rx). "
+    "GPUs without GPM export fleetscope_gpu_pcie_bytes_total instead, or NVML's 20 ms sample with "
+    "--gpu.pcie-sampler.",
+    "NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC (MiB/s), nvmlDeviceGetPcieThroughput (KB/s)", "bytes", 1024.0,
+    ("direction",))
+PCIE_BYTES_TOTAL = _g(
+    "fleetscope_gpu_pcie_bytes_total",
+    "Bytes the GPU sent (tx) and received (rx) over PCIe since the driver was loaded; on GPUs without GPM "
+    "PCIe rates.",
+    "NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES", "bytes", labels=("direction",))
+PCIE_ERRORS_TOTAL = _g(
+    "fleetscope_gpu_pcie_errors_total",
+    "PCIe errors the GPU's link reported, by severity (correctable, non_fatal, fatal).",
+    "NVML_FI_DEV_PCIE_COUNT_{CORRECTABLE_ERRORS,NON_FATAL_ERROR,FATAL_ERROR}", labels=("severity",))
+PCIE_LINK_EVENTS_TOTAL = _g(
+    "fleetscope_gpu_pcie_link_events_total",
+    "PCIe data-link events behind the errors (event = bad_tlp, bad_dllp, nak_received, nak_sent, "
+    "replay_rollover).",
+    "NVML_FI_DEV_PCIE_COUNT_{BAD_TLP,BAD_DLLP,NAKS_RECEIVED,NAKS_SENT}, NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER",
+    labels=("event",), at_default=AtDefault(None, why="the link's detail; fleetscope_gpu_pcie_errors_total says "
+                                                      "whether it is healthy"))
 # A GPU with a bad link is reset or replaced as a whole, so at the default level its 18 links (H100) are one.
 NVLINK_UP = _g(
     "fleetscope_gpu_nvlink_up", "1 if the NVLink link is active, 0 if it is down.",
@@ -128,7 +147,8 @@ NVLINK_UP = _g(
     at_default=AtDefault(_GPU, "min", why="0 when any of the GPU's links is down"))
 NVLINK_ERRORS_TOTAL = _g(
     "fleetscope_gpu_nvlink_errors_total", "NVLink data-link errors per link (error = replay, recovery, crc).",
-    "NVML_FI_DEV_NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC}", labels=("link", "error"),
+    "NVML_FI_DEV_NVLINK_ERROR_DL_{REPLAY,RECOVERY,CRC} per link; at the default level the all-link "
+    "NVML_FI_DEV_NVLINK_{REPLAY,RECOVERY,CRC_FLIT,CRC_DATA}_ERROR_COUNT_TOTAL", labels=("link", "error"),
     at_default=AtDefault((*_GPU, "error"), why="a GPU with a bad link is reset or replaced as a whole"))
 PERFORMANCE_STATE = _g(
     "fleetscope_gpu_performance_state", "Performance state (0 = P0, fastest ... 15).",
@@ -198,6 +218,9 @@ NVML_TABLE = table(
         ("pcie_width", PCIE_LINK_WIDTH),
         ("pcie_max_width", PCIE_LINK_MAX_WIDTH),
         ("pcie_throughput", PCIE_THROUGHPUT_BYTES_PER_SECOND),
+        ("pcie_bytes", PCIE_BYTES_TOTAL),
+        ("pcie_errors", PCIE_ERRORS_TOTAL),
+        ("pcie_link_events", PCIE_LINK_EVENTS_TOTAL),
         ("nvlink_up", NVLINK_UP),
         ("nvlink_errors", NVLINK_ERRORS_TOTAL),
         ("performance_state", PERFORMANCE_STATE),

@@ -7,11 +7,33 @@ and remember that; ``GPU_IS_LOST`` marks that one GPU lost (the others keep
 reporting) and it is retried after ``lost_retry`` seconds; no library at all
 is :class:`~fleetscope.errors.NoHardware`.
 
-Most counters come from one batched ``nvmlDeviceGetFieldValues`` call per GPU
-(ECC, retired pages, memory temperature, energy, PCIe replays, row remapping,
-throttle durations, recovery action) plus one for the per-link NVLink fields.
-GPM (Hopper+) ratios are computed between the sample taken at this collection
-and the one kept from the previous collection, so no collection ever sleeps.
+NVML costs time. On a real H100 (driver 580) a field value costs about 0.23 ms,
+``nvmlDeviceGetMaxClockInfo`` 1.7 ms, ``nvmlDeviceGetPcieThroughput`` 21 ms (it
+samples a 20 ms window), most other getters 2-150 µs. So each value has a cost
+class and is read only as often as its signal needs:
+
+* ``constant``: identity, temperature thresholds, maximum clocks and PCIe link,
+  NVLink link count, GPM support. Read once per GPU, and again when the GPU comes
+  back from being lost, when a counter that only a GPU reset or a driver reload
+  lowers goes down (energy, volatile ECC), or when the NVML session is reopened.
+* ``fast``: gauges, every collection: utilization, memory, GPU temperature, power,
+  clocks and their event reasons, the current PCIe link, performance state, fan,
+  processes, GPM ratios and PCIe rates.
+* ``slow``: counters, error states and every field value, every ``slow_interval``
+  seconds per GPU, the GPUs spread over that interval, and at once after an NVML
+  error event for the GPU (ECC, page retirement, recovery action): energy, throttle
+  time, ECC, retired pages, row remapping, recovery action, power limit, HBM
+  temperature, PCIe replays and errors, NVLink state and errors. Their alerts read
+  them over windows of 5 minutes or more, or hold them for a minute or more
+  (docs/runbooks.md).
+
+A value answered NOT_SUPPORTED or NO_PERMISSION is not asked again for
+``unsupported_retry`` seconds (a driver update may bring it). The batched field
+values of one GPU are one ``nvmlDeviceGetFieldValues`` call per collection.
+GPM (Hopper+) ratios and PCIe rates are computed between the sample taken at
+this collection and the one kept from the previous collection, so no collection
+ever sleeps; ``nvmlDeviceGetPcieThroughput`` (a 20 ms sample) is called only with
+``pcie_sampler`` on, and only for a GPU without GPM.
 
 Values stay in NVML's units here (percent, mW, mJ, MHz, ns, KB/s), named by
 :data:`NvmlValue`; the collector maps each name to its metric, whose ``scale``
@@ -24,7 +46,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -40,10 +62,13 @@ from fleetscope.sources.nvml_h import (
     FI_DEV_REMAPPED_COR,
     FI_DEV_TOTAL_ENERGY_CONSUMPTION,
     GPM_METRICS,
+    GPM_PCIE,
     GPU_FIELDS,
     LINK_FIELDS,
+    PCIE_BYTE_FIELDS,
     THROTTLE_BITS,
     WATCHED_EVENTS,
+    Field,
 )
 from fleetscope.sources.xid import PciAddress, XidSighting
 
@@ -55,15 +80,18 @@ NvmlValue = Literal[
     "temperature", "memory_temperature", "slowdown_temperature", "shutdown_temperature", "power", "power_limit",
     "energy", "clock", "clock_max", "throttle_active", "throttle_seconds", "ecc_errors", "retired_pages",
     "retired_pages_pending", "remapped_rows", "row_remap_pending", "row_remap_failed", "pcie_replays",
-    "pcie_generation", "pcie_max_generation", "pcie_width", "pcie_max_width", "pcie_throughput", "nvlink_up",
-    "nvlink_errors", "performance_state", "fan_speed", "recovery_action", "processes", "process_memory",
-    "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+    "pcie_errors", "pcie_link_events", "pcie_bytes", "pcie_generation", "pcie_max_generation", "pcie_width",
+    "pcie_max_width", "pcie_throughput", "nvlink_up", "nvlink_errors", "performance_state", "fan_speed",
+    "recovery_action", "processes", "process_memory", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
 ]
-
 # (error_type, counter_type) -> nvmlDeviceGetTotalEccErrors arguments, when field values are unavailable.
 ECC_COUNTERS = {("corrected", "volatile"): (0, 0), ("uncorrected", "volatile"): (1, 0),
                 ("corrected", "aggregate"): (0, 1), ("uncorrected", "aggregate"): (1, 1)}
 EVENT_WAIT_MS = 500
+# Errors after which a value is not asked again for a while: the answer would be the same.
+_LASTING = ("NVMLError_NotSupported", "NVMLError_NoPermission")
+# Errors that say the NVML session itself is gone (the driver was reloaded under it): open it again.
+_SESSION_GONE = ("NVMLError_Uninitialized", "NVMLError_DriverNotLoaded", "NVMLError_LibRmVersionMismatch")
 
 
 class Put(Protocol):
@@ -74,6 +102,10 @@ class Put(Protocol):
 
 class GpuLost(Exception):
     """NVML answered GPU_IS_LOST for this GPU."""
+
+
+class _SessionGone(Exception):
+    """NVML answered that it is not initialized (any more): the driver was reloaded."""
 
 
 @dataclass(frozen=True)
@@ -115,26 +147,73 @@ class NvmlReading:
     lost: tuple[GpuIdentity, ...]
 
 
+@dataclass
+class _Values:
+    """Values being read, in the shape of :class:`GpuSample`."""
+
+    scalars: dict[NvmlValue, float] = field(default_factory=dict)
+    labelled: dict[NvmlValue, dict[tuple[str, ...], float]] = field(default_factory=dict)
+
+    def put(self, key: NvmlValue, value: Any, labels: tuple[str, ...] = ()) -> None:
+        if value is None:
+            return
+        if labels:
+            self.labelled.setdefault(key, {})[labels] = float(value)
+        else:
+            self.scalars[key] = float(value)
+
+    def add(self, key: NvmlValue, value: float, labels: tuple[str, ...]) -> None:
+        """A value summed with what is there (counters read in parts)."""
+        self.labelled.setdefault(key, {})[labels] = self.labelled.get(key, {}).get(labels, 0.0) + value
+
+    def merge(self, other: _Values) -> None:
+        self.scalars.update(other.scalars)
+        for key, values in other.labelled.items():
+            self.labelled.setdefault(key, {}).update(values)
+
+
+@dataclass
+class _Gpu:
+    """What the source keeps of one GPU between collections."""
+
+    handle: Any
+    identity: GpuIdentity
+    constants: _Values | None = None  # read once; None: read them (again) at the next collection
+    slow: _Values = field(default_factory=_Values)  # the last slow read, served until the next
+    slow_due: float = 0.0
+    nvlink_links: int = 0
+    gpm: bool = False
+    gpm_pcie: bool = False  # GPM answers PCIe rates: no need for the byte counters
+    gpm_samples: list[Any] = field(default_factory=list)  # [previous, current], reused every collection
+    gpm_primed: bool = False
+    since_load: dict[tuple[str, ...], float] = field(default_factory=dict)  # counters only a reset lowers
+
+
 class NvmlSource:
-    """Owns the NVML session, the per-GPU state (handles, lost GPUs, GPM samples) and the event watcher."""
+    """Owns the NVML session, the per-GPU state (handles, constants, schedules, GPM samples) and the event watcher."""
 
     def __init__(self, lost_retry: float = 60.0, on_xid: Callable[[XidSighting], object] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, slow_interval: float = 60.0,
+                 unsupported_retry: float = 600.0, per_link: bool = False, pcie_sampler: bool = False) -> None:
         self.lost_retry = lost_retry
+        self.slow_interval = slow_interval
+        self.unsupported_retry = unsupported_retry
+        self.per_link = per_link  # NVLink errors per link and the PCIe link events (detail=all)
+        self.pcie_sampler = pcie_sampler
         self._on_xid = on_xid
         self._clock = clock
         self._nvml: Any = None
         self._lock = threading.Lock()
-        self._identities: dict[int, GpuIdentity] = {}
-        self._handles: dict[int, Any] = {}
+        self._gpus: dict[int, _Gpu] = {}
+        self._identities: dict[int, GpuIdentity] = {}  # kept after a GPU is lost, to name it
         self._lost_since: dict[int, float] = {}
         self._missing: set[str] = set()  # wrappers whose symbol the driver lacks
         self._quiet: set[tuple[int, str]] = set()  # (gpu, call) already logged as unsupported/failing
-        self._gpm_supported: dict[int, bool] = {}
-        self._gpm_previous: dict[int, Any] = {}
-        self._nvlink_links: dict[int, int] = {}
+        self._skip_until: dict[tuple[int, str], float] = {}  # (gpu, call or field) -> when to ask again
+        self._refresh: set[int] = set()  # GPUs whose slow values an NVML error event made stale
         self._versions = ("", "")
         self._watcher: EventWatcher | None = None
+        self._now = 0.0
 
     # -- session -----------------------------------------------------------------------------------
 
@@ -161,25 +240,38 @@ class NvmlSource:
             logger.warning("NVML: a call has not returned for %.0fs; leaving the NVML session open", wait)
             return
         try:
-            if self._watcher is not None:
-                self._watcher.stop()
-                self._watcher = None
-            if self._nvml is not None:
-                for sample in self._gpm_previous.values():
-                    self._attempt(-1, "gpm_free", self._nvml.nvmlGpmSampleFree, sample)
-                self._gpm_previous.clear()
-                with contextlib.suppress(self._nvml.NVMLError):
-                    self._nvml.nvmlShutdown()
-                self._nvml = None
+            self._end_session()
         finally:
             self._lock.release()
+
+    def _end_session(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        if self._nvml is not None:
+            for index in list(self._gpus):
+                self._forget(index)
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+    def _forget(self, index: int) -> None:
+        """Drop what is kept of one GPU: the next reading starts it afresh (handle, identity, constants)."""
+        gpu = self._gpus.pop(index, None)
+        if gpu is not None and self._nvml is not None:
+            for sample in gpu.gpm_samples:
+                with contextlib.suppress(Exception):
+                    self._nvml.nvmlGpmSampleFree(sample)
 
     # -- isolated calls ----------------------------------------------------------------------------
 
     def _attempt(self, gpu: int, key: str, call: Callable[..., Any], *args: Any) -> Any:
-        """One NVML call: its value, or None when unsupported/missing/failing. GPU_IS_LOST raises GpuLost."""
+        """One NVML call: its value, or None when unsupported/missing/failing. GPU_IS_LOST raises GpuLost.
+
+        A call answered NOT_SUPPORTED or NO_PERMISSION is not made again for ``unsupported_retry`` seconds.
+        """
         nvml = self._nvml
-        if key in self._missing:
+        if key in self._missing or self._skipped(gpu, key):
             return None
         try:
             return call(*args)
@@ -189,15 +281,32 @@ class NvmlSource:
             logger.debug("NVML: %s is not in this driver; falling back", key)
             self._missing.add(key)
         except nvml.NVMLError as exc:
-            if (gpu, key) not in self._quiet:
-                self._quiet.add((gpu, key))
-                level = logging.DEBUG if isinstance(exc, nvml.NVMLError_NotSupported) else logging.WARNING
-                logger.log(level, "NVML: gpu %s: %s: %s", gpu, key, exc)
+            if type(exc).__name__ in _SESSION_GONE and gpu >= 0:
+                raise _SessionGone(str(exc)) from None
+            self._refused(gpu, key, exc)
         except Exception as exc:  # a binding/driver mismatch must cost one value, not the GPU
             if (gpu, key) not in self._quiet:
                 self._quiet.add((gpu, key))
                 logger.warning("NVML: gpu %s: %s: %s: %s", gpu, key, type(exc).__name__, exc)
         return None
+
+    def _refused(self, gpu: int, key: str, exc: Exception) -> None:
+        lasting = type(exc).__name__ in _LASTING
+        if lasting:
+            self._skip_until[(gpu, key)] = self._now + self.unsupported_retry
+        if (gpu, key) not in self._quiet:
+            self._quiet.add((gpu, key))
+            level = logging.DEBUG if lasting else logging.WARNING
+            logger.log(level, "NVML: gpu %s: %s: %s", gpu, key, exc)
+
+    def _skipped(self, gpu: int, key: str) -> bool:
+        until = self._skip_until.get((gpu, key))
+        if until is None:
+            return False
+        if self._now < until:
+            return True
+        del self._skip_until[(gpu, key)]  # time to ask again
+        return False
 
     def _first(self, gpu: int, *alternatives: tuple[str, Callable[[], Any]]) -> Any:
         """Newest call first; an older one only when the newer symbol is missing from the driver."""
@@ -213,37 +322,51 @@ class NvmlSource:
 
     def read(self) -> NvmlReading:
         with self._lock:
-            nvml = self._open()
             try:
-                count = nvml.nvmlDeviceGetCount()
-            except nvml.NVMLError as exc:
-                raise NoHardware(f"NVML cannot count GPUs: {exc}") from None
-            samples: list[GpuSample] = []
-            lost: list[GpuIdentity] = []
-            now = self._clock()
-            for index in range(count):
-                since = self._lost_since.get(index)
-                if since is not None and now - since < self.lost_retry:
-                    lost.append(self._identities.get(index, GpuIdentity(index)))
-                    continue
-                try:
-                    samples.append(self._read_gpu(index))
-                    if since is not None:
-                        logger.warning("NVML: gpu %d is back", index)
-                    self._lost_since.pop(index, None)
-                except GpuLost:
-                    if since is None:
-                        logger.error("NVML: gpu %d is lost (GPU_IS_LOST); retrying every %.0fs", index, self.lost_retry)
-                    self._lost_since[index] = now
-                    self._gpm_previous.pop(index, None)
-                    lost.append(self._identities.get(index, GpuIdentity(index)))
-            if self._on_xid is not None:
-                # Started once handles and PCI addresses are known, so every event can be attributed;
-                # a GPU back from being lost is watched again.
-                if self._watcher is None:
-                    self._watcher = EventWatcher(self, self._on_xid)
-                self._watcher.sync()
-            return NvmlReading(self._versions[0], self._versions[1], count, tuple(samples), tuple(lost))
+                return self._read()
+            except _SessionGone as exc:
+                logger.warning("NVML: %s: the driver was reloaded; opening the NVML session again", exc)
+                self._end_session()
+            try:
+                return self._read()
+            except _SessionGone as exc:
+                self._end_session()
+                raise NoHardware(f"NVML: {exc}") from None
+
+    def _read(self) -> NvmlReading:
+        nvml = self._open()
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            if type(exc).__name__ in _SESSION_GONE:
+                raise _SessionGone(str(exc)) from None
+            raise NoHardware(f"NVML cannot count GPUs: {exc}") from None
+        samples: list[GpuSample] = []
+        lost: list[GpuIdentity] = []
+        self._now = now = self._clock()
+        for index in range(count):
+            since = self._lost_since.get(index)
+            if since is not None and now - since < self.lost_retry:
+                lost.append(self._identities.get(index, GpuIdentity(index)))
+                continue
+            try:
+                samples.append(self._read_gpu(index, count))
+                if since is not None:
+                    logger.warning("NVML: gpu %d is back", index)
+                self._lost_since.pop(index, None)
+            except GpuLost:
+                if since is None:
+                    logger.error("NVML: gpu %d is lost (GPU_IS_LOST); retrying every %.0fs", index, self.lost_retry)
+                self._lost_since[index] = now
+                self._forget(index)  # back, it is read afresh: it may have been reset meanwhile
+                lost.append(self._identities.get(index, GpuIdentity(index)))
+        if self._on_xid is not None:
+            # Started once handles and PCI addresses are known, so every event can be attributed;
+            # a GPU back from being lost is watched again.
+            if self._watcher is None:
+                self._watcher = EventWatcher(self, self._on_xid)
+            self._watcher.sync()
+        return NvmlReading(self._versions[0], self._versions[1], count, tuple(samples), tuple(lost))
 
     def lost_indices(self) -> set[int]:
         return set(self._lost_since)
@@ -252,7 +375,11 @@ class NvmlSource:
         return self._identities.get(index)
 
     def handles(self) -> dict[int, Any]:
-        return {i: h for i, h in self._handles.items() if i not in self._lost_since}
+        return {i: g.handle for i, g in self._gpus.items() if i not in self._lost_since}
+
+    def refresh(self, index: int) -> None:
+        """Read the GPU's slow values at its next collection (an NVML error event said they moved)."""
+        self._refresh.add(index)
 
     def _identify(self, index: int, handle: Any) -> GpuIdentity:
         nvml = self._nvml
@@ -275,60 +402,111 @@ class NvmlSource:
             architecture="" if arch is None else ARCHITECTURES.get(int(arch), str(arch)),
         )
 
-    def _read_gpu(self, index: int) -> GpuSample:
+    def _state(self, index: int, count: int) -> _Gpu:
+        gpu = self._gpus.get(index)
+        if gpu is not None:
+            return gpu
         nvml = self._nvml
-        handle = self._handles.get(index)
-        if handle is None or index in self._lost_since:
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            except nvml.NVMLError_GpuIsLost:
-                raise GpuLost(index) from None
-            self._handles[index] = handle
-        if index not in self._identities or index in self._lost_since:
-            self._identities[index] = self._identify(index, handle)
-        identity = self._identities[index]
-        scalars: dict[NvmlValue, float] = {}
-        labelled: dict[NvmlValue, dict[tuple[str, ...], float]] = {}
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError_GpuIsLost:
+            raise GpuLost(index) from None
+        except nvml.NVMLError as exc:
+            if type(exc).__name__ in _SESSION_GONE:
+                raise _SessionGone(str(exc)) from None
+            raise
+        identity = self._identify(index, handle)
+        self._identities[index] = identity
+        # The GPUs' slow reads are spread over the interval, so no collection reads them all.
+        gpu = _Gpu(handle, identity, slow_due=self._now + self.slow_interval * (index + 1) / max(count, 1))
+        self._gpus[index] = gpu
+        return gpu
 
-        def put(key: NvmlValue, value: Any, labels: tuple[str, ...] = ()) -> None:
-            if value is None:
-                return
-            if labels:
-                labelled.setdefault(key, {})[labels] = float(value)
-            else:
-                scalars[key] = float(value)
+    def _read_gpu(self, index: int, count: int) -> GpuSample:
+        gpu = self._state(index, count)
+        fresh = gpu.constants is None
+        if fresh:
+            gpu.constants = self._read_constants(index, gpu)
+        values = _Values()
+        values.merge(gpu.constants)  # type: ignore[arg-type]  # set just above
+        self._read_fast(index, gpu, values)
+        slow = fresh or index in self._refresh or self._now >= gpu.slow_due
+        wanted = [f for f in (*GPU_FIELDS, *LINK_FIELDS)
+                  if f.cost == "fast" or (slow and f.cost == "slow") if self._wanted(gpu, f)]
+        links = range(gpu.nvlink_links)
+        fields = self._field_values(index, gpu.handle,
+                                    [(f.id, link) for f in wanted for link in (links if f.per_link else (0,))])
+        for f in wanted:
+            if f.cost == "fast" and f.value is not None and not f.per_link:
+                values.put(f.value, fields.get((f.id, 0)), f.labels)
+        if slow:
+            self._refresh.discard(index)
+            while gpu.slow_due <= self._now:  # the GPU keeps its place in the interval
+                gpu.slow_due += self.slow_interval
+            gpu.slow = self._read_slow(index, gpu, [f for f in wanted if f.cost == "slow"], fields)
+            self._check_since_load(index, gpu)
+        values.merge(gpu.slow)
+        processes = self._read_processes(index, gpu.handle, values)
+        return GpuSample(gpu.identity, values.scalars, values.labelled, processes, gpu.nvlink_links)
+
+    def _wanted(self, gpu: _Gpu, field: Field) -> bool:
+        """Whether this GPU is asked ``field``: at this detail level, and the PCIe bytes only without GPM rates."""
+        if field.detail not in ("any", "all" if self.per_link else "default"):
+            return False
+        return not (field.id in PCIE_BYTE_FIELDS and gpu.gpm_pcie)
+
+    def _read_constants(self, index: int, gpu: _Gpu) -> _Values:
+        nvml, handle = self._nvml, gpu.handle
+        out = _Values()
+
+        def attempt(key: str, call: Callable[..., Any], *args: Any) -> Any:
+            return self._attempt(index, key, call, handle, *args)
+
+        out.put("slowdown_temperature", attempt("threshold_slowdown", nvml.nvmlDeviceGetTemperatureThreshold,
+                                                nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+        out.put("shutdown_temperature", attempt("threshold_shutdown", nvml.nvmlDeviceGetTemperatureThreshold,
+                                                nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
+        for clock, clock_type in CLOCK_TYPES.items():
+            out.put("clock_max", attempt(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
+        out.put("pcie_max_generation", attempt("pcie_max_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration))
+        out.put("pcie_max_width", attempt("pcie_max_width", nvml.nvmlDeviceGetMaxPcieLinkWidth))
+        constant_fields = [(f.id, 0) for f in GPU_FIELDS if f.cost == "constant"]  # the NVLink link count
+        links = self._field_values(index, handle, constant_fields).get((FI_DEV_NVLINK_LINK_COUNT, 0))
+        gpu.nvlink_links = int(links or 0)
+        support = attempt("gpm_support", nvml.nvmlGpmQueryDeviceSupport)
+        gpu.gpm = bool(support is not None and support.isSupportedDevice)
+        gpu.gpm_pcie = gpu.gpm  # until GPM says otherwise
+        gpu.gpm_primed = False
+        return out
+
+    def _read_fast(self, index: int, gpu: _Gpu, out: _Values) -> None:
+        nvml, handle = self._nvml, gpu.handle
 
         def attempt(key: str, call: Callable[..., Any], *args: Any) -> Any:
             return self._attempt(index, key, call, handle, *args)
 
         util = attempt("utilization", nvml.nvmlDeviceGetUtilizationRates)
         if util is not None:
-            put("utilization", util.gpu)
-            put("memory_utilization", util.memory)
+            out.put("utilization", util.gpu)
+            out.put("memory_utilization", util.memory)
         memory = self._first(
             index,
             ("memory_v2", lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)),
             ("memory_v1", lambda: nvml.nvmlDeviceGetMemoryInfo(handle)),
         )
         if memory is not None:
-            put("memory_total", memory.total)
-            put("memory_free", memory.free)
-            put("memory_used", memory.used)
-            put("memory_reserved", getattr(memory, "reserved", None))
-        put("temperature", self._first(
+            out.put("memory_total", memory.total)
+            out.put("memory_free", memory.free)
+            out.put("memory_used", memory.used)
+            out.put("memory_reserved", getattr(memory, "reserved", None))
+        out.put("temperature", self._first(
             index,
             ("temperature_v", lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)),
             ("temperature", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
         ))
-        put("slowdown_temperature", attempt("threshold_slowdown", nvml.nvmlDeviceGetTemperatureThreshold,
-                                      nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
-        put("shutdown_temperature", attempt("threshold_shutdown", nvml.nvmlDeviceGetTemperatureThreshold,
-                                      nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))
-        put("power", attempt("power", nvml.nvmlDeviceGetPowerUsage))
-        put("power_limit", attempt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit))
+        out.put("power", attempt("power", nvml.nvmlDeviceGetPowerUsage))
         for clock, clock_type in CLOCK_TYPES.items():
-            put("clock", attempt(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
-            put("clock_max", attempt(f"clock_max_{clock}", nvml.nvmlDeviceGetMaxClockInfo, clock_type), (clock,))
+            out.put("clock", attempt(f"clock_{clock}", nvml.nvmlDeviceGetClockInfo, clock_type), (clock,))
         reasons = self._first(
             index,
             ("clocks_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
@@ -336,120 +514,167 @@ class NvmlSource:
         )
         if reasons is not None:
             for reason, bit in THROTTLE_BITS.items():
-                put("throttle_active", 1 if int(reasons) & bit else 0, (reason,))
+                out.put("throttle_active", 1 if int(reasons) & bit else 0, (reason,))
         simple: tuple[tuple[NvmlValue, Callable[..., Any]], ...] = (
             ("pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
-            ("pcie_max_generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
             ("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
-            ("pcie_max_width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
             ("performance_state", nvml.nvmlDeviceGetPerformanceState),
             ("fan_speed", nvml.nvmlDeviceGetFanSpeed),
         )
         for key, call in simple:
-            put(key, attempt(key, call))
-        for way, counter in (("tx", nvml.NVML_PCIE_UTIL_TX_BYTES), ("rx", nvml.NVML_PCIE_UTIL_RX_BYTES)):
-            put("pcie_throughput", attempt(f"pcie_{way}", nvml.nvmlDeviceGetPcieThroughput, counter), (way,))
-        self._read_fields(index, handle, put)
+            out.put(key, attempt(key, call))
+        if gpu.gpm:
+            self._read_gpm(index, gpu, out)
+        if self.pcie_sampler and not gpu.gpm_pcie:  # opt-in: 2 x 20 ms of sampling per GPU and collection
+            for direction, counter in (("tx", nvml.NVML_PCIE_UTIL_TX_BYTES), ("rx", nvml.NVML_PCIE_UTIL_RX_BYTES)):
+                out.put("pcie_throughput", attempt(f"pcie_{direction}", nvml.nvmlDeviceGetPcieThroughput, counter),
+                        (direction,))
+
+    def _read_slow(self, index: int, gpu: _Gpu, wanted: Iterable[Field],
+                   fields: Mapping[tuple[int, int], float]) -> _Values:
+        nvml, handle = self._nvml, gpu.handle
+        out = _Values()
+        totals = False
+        for f in wanted:
+            if f.value is None:
+                continue
+            if f.per_link:
+                for link in range(gpu.nvlink_links):
+                    value = fields.get((f.id, link))
+                    if f.id == FI_DEV_NVLINK_GET_STATE:
+                        if value is None:
+                            value = self._attempt(index, f"nvlink_state {link}", nvml.nvmlDeviceGetNvLinkState,
+                                                  handle, link)
+                        value = None if value is None else (1 if value else 0)
+                    out.put(f.value, value, (str(link), *f.labels))
+            elif f.detail == "default":  # an all-link NVLink total: the default level drops the link label
+                value = fields.get((f.id, 0))
+                if value is not None:
+                    out.add(f.value, value, ("", *f.labels))
+                    totals = True
+            else:
+                out.put(f.value, fields.get((f.id, 0)), f.labels)
+        out.put("power_limit", self._attempt(index, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle))
+        self._fallbacks(index, handle, fields, out)
+        if gpu.nvlink_links and not self.per_link and not totals:
+            # No all-link totals from this driver: the per-link counters, summed at the default level.
+            per_link = [f for f in LINK_FIELDS if f.value == "nvlink_errors"]
+            links = range(gpu.nvlink_links)
+            more = self._field_values(index, handle, [(f.id, link) for link in links for f in per_link])
+            for f in per_link:
+                for link in links:
+                    out.put("nvlink_errors", more.get((f.id, link)), (str(link), *f.labels))
+        return out
+
+    def _fallbacks(self, index: int, handle: Any, fields: Mapping[tuple[int, int], float], out: _Values) -> None:
+        """Older calls for values a driver without (those) field values still answers."""
+        nvml = self._nvml
+        if (FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0) not in fields:
+            out.put("energy", self._attempt(index, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+        if (FI_DEV_ECC_SBE_VOL_TOTAL, 0) not in fields:
+            for (error, counter), args in ECC_COUNTERS.items():
+                out.put("ecc_errors", self._attempt(index, f"ecc_{error}_{counter}", nvml.nvmlDeviceGetTotalEccErrors,
+                                                    handle, *args), (error, counter))
+        if (FI_DEV_PCIE_REPLAY_COUNTER, 0) not in fields:
+            out.put("pcie_replays", self._attempt(index, "pcie_replays", nvml.nvmlDeviceGetPcieReplayCounter, handle))
+        if (FI_DEV_REMAPPED_COR, 0) not in fields:
+            rows = self._attempt(index, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, handle)
+            if rows is not None:
+                out.put("remapped_rows", rows[0], ("correctable",))
+                out.put("remapped_rows", rows[1], ("uncorrectable",))
+                out.put("row_remap_pending", rows[2])
+                out.put("row_remap_failed", rows[3])
+
+    def _check_since_load(self, index: int, gpu: _Gpu) -> None:
+        """Counters only a GPU reset or a driver reload lowers: when one went down, read the constants again."""
+        now: dict[tuple[str, ...], float] = {}
+        if "energy" in gpu.slow.scalars:
+            now[("energy",)] = gpu.slow.scalars["energy"]
+        for labels, value in gpu.slow.labelled.get("ecc_errors", {}).items():
+            if labels[1] == "volatile":
+                now[("ecc", *labels)] = value
+        if any(value < gpu.since_load.get(key, value) for key, value in now.items()):
+            logger.warning("NVML: gpu %d: counters since driver load went down (the GPU was reset or the driver "
+                           "reloaded); reading its constants again", index)
+            gpu.constants = None
+            gpu.identity = self._identities[index] = self._identify(index, gpu.handle)
+        gpu.since_load = now
+
+    def _read_processes(self, index: int, handle: Any, out: _Values) -> tuple[GpuProcess, ...]:
+        nvml = self._nvml
         processes = self._first(
             index,
             ("processes_v3", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle)),
             ("processes_v2", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(handle)),
         )
-        procs: tuple[GpuProcess, ...] = ()
-        if processes is not None:
-            procs = tuple(GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
-                          for p in processes)
-            put("processes", len(procs))
-            put("process_memory", sum(p.used_bytes or 0 for p in procs))
-        self._read_gpm(index, handle, put)
-        return GpuSample(identity, scalars, labelled, procs, self._nvlink_links.get(index, 0))
+        if processes is None:
+            return ()
+        procs = tuple(GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                      for p in processes)
+        out.put("processes", len(procs))
+        out.put("process_memory", sum(p.used_bytes or 0 for p in procs))
+        return procs
 
-    def _field_values(self, index: int, handle: Any, ids: list[Any]) -> dict[tuple[int, int], float] | None:
-        """Batched field values: (field, scope) -> value for those the GPU answered; None if the call is missing."""
+    def _field_values(self, index: int, handle: Any, ids: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+        """Batched field values: (field, scope) -> value for those the GPU answered ({} when the call is missing).
+
+        A field answered NOT_SUPPORTED or NO_PERMISSION is left out of the batch for ``unsupported_retry``.
+        """
         nvml = self._nvml
-        values = self._attempt(index, "field_values", nvml.nvmlDeviceGetFieldValues, handle, ids)
+        asked = [(field_id, scope) for field_id, scope in ids if not self._skipped(index, f"field {field_id}.{scope}")]
+        if not asked:
+            return {}
+        values = self._attempt(index, "field_values", nvml.nvmlDeviceGetFieldValues, handle, asked)
         if values is None:
-            return None if "field_values" in self._missing else {}
+            return {}
         out: dict[tuple[int, int], float] = {}
         for item in values:
+            key = (int(item.fieldId), int(item.scopeId))
             if item.nvmlReturn != nvml.NVML_SUCCESS:
-                if (index, f"field {item.fieldId}") not in self._quiet:
-                    self._quiet.add((index, f"field {item.fieldId}"))
-                    logger.debug("NVML: gpu %d: field %d: %s", index, item.fieldId, nvml.NVMLError(item.nvmlReturn))
+                self._refused(index, f"field {key[0]}.{key[1]}", nvml.NVMLError(item.nvmlReturn))
                 continue
-            out[(int(item.fieldId), int(item.scopeId))] = _field_value(item)
+            out[key] = _field_value(item)
         return out
 
-    def _read_fields(self, index: int, handle: Any, put: Put) -> None:
+    def _read_gpm(self, index: int, gpu: _Gpu, out: _Values) -> None:
+        """GPM ratios and PCIe rates between this collection's sample and the previous one (two buffers, reused)."""
         nvml = self._nvml
-        fields = self._field_values(index, handle, [entry.id for entry in GPU_FIELDS])
-        if fields is None:
-            fields = {}  # a driver without entry values: the per-call fallbacks below still answer
-        for entry in GPU_FIELDS:
-            if entry.value is not None:
-                put(entry.value, fields.get((entry.id, 0)), entry.labels)
-        if (FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0) not in fields:
-            put("energy", self._attempt(index, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, handle))
-        if (FI_DEV_ECC_SBE_VOL_TOTAL, 0) not in fields:
-            for (error, counter), args in ECC_COUNTERS.items():
-                put("ecc_errors", self._attempt(index, f"ecc_{error}_{counter}", nvml.nvmlDeviceGetTotalEccErrors,
-                                                handle, *args), (error, counter))
-        if (FI_DEV_PCIE_REPLAY_COUNTER, 0) not in fields:
-            put("pcie_replays", self._attempt(index, "pcie_replays", nvml.nvmlDeviceGetPcieReplayCounter, handle))
-        if (FI_DEV_REMAPPED_COR, 0) not in fields:
-            rows = self._attempt(index, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, handle)
-            if rows is not None:
-                put("remapped_rows", rows[0], ("correctable",))
-                put("remapped_rows", rows[1], ("uncorrectable",))
-                put("row_remap_pending", rows[2])
-                put("row_remap_failed", rows[3])
-        links = int(fields.get((FI_DEV_NVLINK_LINK_COUNT, 0), 0))
-        if not links:
+        if not gpu.gpm_samples:
+            for _ in range(2):
+                sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+                if sample is None:
+                    return
+                gpu.gpm_samples.append(sample)
+        previous, current = gpu.gpm_samples
+        if self._attempt(index, "gpm_sample", nvml.nvmlGpmSampleGet, gpu.handle, current) is None:
+            gpu.gpm_primed = False
             return
-        self._nvlink_links[index] = links
-        per_link = [(entry.id, link) for link in range(links) for entry in LINK_FIELDS]
-        link_fields = self._field_values(index, handle, per_link) or {}
-        for link in range(links):
-            for entry in LINK_FIELDS:
-                value = link_fields.get((entry.id, link))
-                if entry.id == FI_DEV_NVLINK_GET_STATE:
-                    if value is None:
-                        value = self._attempt(index, "nvlink_state", nvml.nvmlDeviceGetNvLinkState, handle, link)
-                    value = None if value is None else (1 if value else 0)
-                if entry.value is not None:
-                    put(entry.value, value, (str(link), *entry.labels))
-
-    def _read_gpm(self, index: int, handle: Any, put: Put) -> None:
-        nvml = self._nvml
-        if index not in self._gpm_supported:
-            support = self._attempt(index, "gpm_support", nvml.nvmlGpmQueryDeviceSupport, handle)
-            self._gpm_supported[index] = bool(support is not None and support.isSupportedDevice)
-        if not self._gpm_supported[index]:
-            return
-        sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
-        if sample is None:
-            return
-        if self._attempt(index, "gpm_sample", nvml.nvmlGpmSampleGet, handle, sample) is None:
-            self._attempt(index, "gpm_free", nvml.nvmlGpmSampleFree, sample)
-            return
-        previous = self._gpm_previous.get(index)
-        self._gpm_previous[index] = sample
-        if previous is None:
+        gpu.gpm_samples.reverse()  # this sample is the next collection's previous one
+        if not gpu.gpm_primed:
+            gpu.gpm_primed = True
             return  # the first sample: ratios need two
+        wanted: dict[int, tuple[NvmlValue, tuple[str, ...]]] = {
+            **{metric: (key, ()) for metric, key in GPM_METRICS.items()},
+            **({metric: ("pcie_throughput", (direction,)) for metric, direction in GPM_PCIE.items()}
+               if gpu.gpm_pcie else {}),
+        }
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
-        request.sample1, request.sample2 = previous, sample
-        for slot, metric_id in enumerate(GPM_METRICS):
+        request.numMetrics = len(wanted)
+        request.sample1, request.sample2 = previous, current
+        for slot, metric_id in enumerate(wanted):
             request.metrics[slot].metricId = metric_id
         result = self._attempt(index, "gpm_metrics", nvml.nvmlGpmMetricsGet, request)
-        self._attempt(index, "gpm_free", nvml.nvmlGpmSampleFree, previous)
         if result is None:
             return
-        for slot, key in enumerate(GPM_METRICS.values()):
+        for slot, (metric_id, (key, labels)) in enumerate(wanted.items()):
             metric = result.metrics[slot]
-            if metric.nvmlReturn == nvml.NVML_SUCCESS:
-                put(key, metric.value)
+            if metric.nvmlReturn != nvml.NVML_SUCCESS:
+                if metric_id in GPM_PCIE:
+                    gpu.gpm_pcie = False  # read the byte counters instead, from the next slow read on
+                continue
+            # GPM's PCIe rates are MiB/s; the reading keeps NVML's PCIe throughput unit, KB/s.
+            out.put(key, metric.value * 1024 if metric_id in GPM_PCIE else metric.value, labels)
 
 
 def _field_value(item: Any) -> float:
@@ -457,10 +682,9 @@ def _field_value(item: Any) -> float:
     union = item.value
     return float({0: union.dVal, 1: union.uiVal, 2: union.ulVal, 3: union.ullVal, 4: union.sllVal,
                   5: union.siVal, 6: union.usVal}.get(kind, union.ullVal))
-
-
 class EventWatcher:
-    """NVML error events, one event set and one thread per GPU: Xids go to ``on_xid``.
+    """NVML error events, one event set and one thread per GPU: Xids go to ``on_xid``; any other error event
+    (ECC, page retirement, recovery action) has the source read the GPU's slow values at its next collection.
 
     A wait on an event set answers GPU_IS_LOST as soon as any GPU registered in it falls off
     the bus, and freeing that set loses the events still queued in it: with one set for all GPUs,
@@ -531,6 +755,8 @@ class EventWatcher:
                     return True
                 if data.eventType & EVENT_XID:
                     self._deliver(index, data)
+                if data.eventType & ~EVENT_XID:  # ECC, retirement, recovery action: its slow values moved
+                    self._source.refresh(index)
             return True
         finally:
             with contextlib.suppress(nvml.NVMLError):

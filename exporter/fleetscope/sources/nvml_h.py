@@ -15,7 +15,7 @@ the fake answers exactly these, so a field added here is read, captured and repl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # the reader's value names; the reader imports this module
     from fleetscope.sources.nvml import NvmlValue
@@ -118,6 +118,28 @@ FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
 FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
 FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
+FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38  # all links (scope 0)
+FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45
+FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52
+FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59
+FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER = 95
+FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS = 173
+FI_DEV_PCIE_COUNT_NAKS_RECEIVED = 174
+FI_DEV_PCIE_COUNT_BAD_TLP = 176
+FI_DEV_PCIE_COUNT_NAKS_SENT = 177
+FI_DEV_PCIE_COUNT_BAD_DLLP = 178
+FI_DEV_PCIE_COUNT_NON_FATAL_ERROR = 179
+FI_DEV_PCIE_COUNT_FATAL_ERROR = 180
+FI_DEV_PCIE_COUNT_TX_BYTES = 197
+FI_DEV_PCIE_COUNT_RX_BYTES = 198
+
+# How often the reader asks a value (fleetscope.sources.nvml): once per GPU (and after a reset), every
+# slow interval, or every collection. A field value costs about 0.23 ms on an H100 (driver 580), as much
+# as 50 fast getters: every field here is ``slow`` but the NVLink link count, a constant.
+Cost = Literal["constant", "slow", "fast"]
+# At which --collector.gpu.detail level the reader asks a field: both, or only one (the all-link NVLink
+# totals stand for the per-link counters at the default level, which sums links anyway).
+Detail = Literal["any", "default", "all"]
 
 
 @dataclass(frozen=True)
@@ -127,7 +149,8 @@ class Field:
     ``value`` and ``labels``: what the reader makes of it (None: it steers the read, like the link
     count). ``home``: where the NVML fake keeps it, a ``FakeGpu`` attribute and the key within it
     (None: the attribute itself); the capture writes the answer there. ``per_link``: scoped by NVLink
-    (``scopeId`` is the link), asked once per link the GPU has.
+    (``scopeId`` is the link), asked once per link the GPU has. ``cost``: how often the reader asks it;
+    ``detail``: at which detail level.
     """
 
     id: int
@@ -135,6 +158,8 @@ class Field:
     labels: tuple[str, ...]
     home: tuple[str, str | None]
     per_link: bool = False
+    cost: Cost = "slow"
+    detail: Detail = "any"
 
 
 FIELDS: tuple[Field, ...] = (
@@ -163,18 +188,45 @@ FIELDS: tuple[Field, ...] = (
     Field(FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, "throttle_seconds", ("hw_power_brake",),
           ("throttle_ns", "hw_power_brake")),
     Field(FI_DEV_GET_GPU_RECOVERY_ACTION, "recovery_action", (), ("recovery_action", None)),
+    # PCIe: errors by severity, the data-link events behind them (detail=all), and the bytes moved, which
+    # the reader asks only of a GPU whose GPM gives no PCIe rates (PCIE_BYTE_FIELDS)
+    Field(FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, "pcie_errors", ("correctable",), ("pcie_errors", "correctable")),
+    Field(FI_DEV_PCIE_COUNT_NON_FATAL_ERROR, "pcie_errors", ("non_fatal",), ("pcie_errors", "non_fatal")),
+    Field(FI_DEV_PCIE_COUNT_FATAL_ERROR, "pcie_errors", ("fatal",), ("pcie_errors", "fatal")),
+    Field(FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER, "pcie_link_events", ("replay_rollover",),
+          ("pcie_errors", "replay_rollover"), detail="all"),
+    Field(FI_DEV_PCIE_COUNT_NAKS_RECEIVED, "pcie_link_events", ("nak_received",), ("pcie_errors", "nak_received"),
+          detail="all"),
+    Field(FI_DEV_PCIE_COUNT_NAKS_SENT, "pcie_link_events", ("nak_sent",), ("pcie_errors", "nak_sent"), detail="all"),
+    Field(FI_DEV_PCIE_COUNT_BAD_TLP, "pcie_link_events", ("bad_tlp",), ("pcie_errors", "bad_tlp"), detail="all"),
+    Field(FI_DEV_PCIE_COUNT_BAD_DLLP, "pcie_link_events", ("bad_dllp",), ("pcie_errors", "bad_dllp"), detail="all"),
+    Field(FI_DEV_PCIE_COUNT_TX_BYTES, "pcie_bytes", ("tx",), ("pcie_tx_bytes", None)),
+    Field(FI_DEV_PCIE_COUNT_RX_BYTES, "pcie_bytes", ("rx",), ("pcie_rx_bytes", None)),
     # NVLink: the link count says how many links the per-link fields are asked for
-    Field(FI_DEV_NVLINK_LINK_COUNT, None, (), ("nvlink_up", None)),
+    Field(FI_DEV_NVLINK_LINK_COUNT, None, (), ("nvlink_up", None), cost="constant"),
     Field(FI_DEV_NVLINK_GET_STATE, "nvlink_up", (), ("nvlink_up", None), per_link=True),
-    Field(FI_DEV_NVLINK_ERROR_DL_REPLAY, "nvlink_errors", ("replay",), ("nvlink_errors", "replay"), per_link=True),
+    Field(FI_DEV_NVLINK_ERROR_DL_REPLAY, "nvlink_errors", ("replay",), ("nvlink_errors", "replay"), per_link=True,
+          detail="all"),
     Field(FI_DEV_NVLINK_ERROR_DL_RECOVERY, "nvlink_errors", ("recovery",), ("nvlink_errors", "recovery"),
-          per_link=True),
-    Field(FI_DEV_NVLINK_ERROR_DL_CRC, "nvlink_errors", ("crc",), ("nvlink_errors", "crc"), per_link=True),
+          per_link=True, detail="all"),
+    Field(FI_DEV_NVLINK_ERROR_DL_CRC, "nvlink_errors", ("crc",), ("nvlink_errors", "crc"), per_link=True,
+          detail="all"),
+    # ... and at the default level, which sums the GPU's links, the all-link totals: 4 fields for 54 on an
+    # H100 (the reader falls back to the per-link ones where a driver lacks them). CRC: flit and data CRC.
+    Field(FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, "nvlink_errors", ("replay",), ("nvlink_error_totals", "replay"),
+          detail="default"),
+    Field(FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, "nvlink_errors", ("recovery",),
+          ("nvlink_error_totals", "recovery"), detail="default"),
+    Field(FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "nvlink_errors", ("crc",), ("nvlink_error_totals", "crc_flit"),
+          detail="default"),
+    Field(FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, "nvlink_errors", ("crc",), ("nvlink_error_totals", "crc_data"),
+          detail="default"),
 )
 FIELDS_BY_ID = {field.id: field for field in FIELDS}
 # Asked in the first batch, per GPU (the link count among them); the per-link ones follow per link.
 GPU_FIELDS = tuple(field for field in FIELDS if not field.per_link)
 LINK_FIELDS = tuple(field for field in FIELDS if field.per_link)
+PCIE_BYTE_FIELDS = (FI_DEV_PCIE_COUNT_TX_BYTES, FI_DEV_PCIE_COUNT_RX_BYTES)
 
 # nvmlEventType* bits
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -202,6 +254,8 @@ CLOCK_TYPES = {"graphics": 0, "sm": 1, "memory": 2}
 # nvmlGpmMetricId_t -> the reading's value: the ratios the GPU collector reads (percent over the interval
 # between two samples): NVML_GPM_METRIC_SM_UTIL, _SM_OCCUPANCY, _ANY_TENSOR_UTIL, _DRAM_BW_UTIL.
 GPM_METRICS: dict[int, NvmlValue] = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+# NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC (MiB/s) -> the direction label of the PCIe throughput
+GPM_PCIE = {20: "tx", 21: "rx"}
 
 # nvmlDeviceArchitecture_t (NVML_DEVICE_ARCH_*)
 ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",

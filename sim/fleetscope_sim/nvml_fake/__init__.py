@@ -13,13 +13,16 @@ Tests and the simulator run the real ``pynvml`` code against it::
 from __future__ import annotations
 
 from fleetscope.sources.nvml_h import NvmlReturn
+from fleetscope_sim.nvml_fake.latency import Booked, LatencyModel
 from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
 from fleetscope_sim.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
 
 __all__ = [
     "SCENARIO_DIR",
+    "Booked",
     "FakeGpu",
     "FakeNvml",
+    "LatencyModel",
     "NvmlReturn",
     "install",
     "installed",

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -52,17 +52,22 @@ from fleetscope.sources.nvml_h import (
     FIELDS,
     FIELDS_BY_ID,
     GPM_METRICS,
+    GPM_PCIE,
     RETURN_CODES,
     SUCCESS,
     THROTTLE_BITS,
     NvmlReturn,
 )
+from fleetscope_sim.nvml_fake.latency import Booked, LatencyModel
 
 NOT_SUPPORTED = NvmlReturn(ERROR_NOT_SUPPORTED)
 Answer = int | NvmlReturn | None  # a value, a return code, or None for NOT_SUPPORTED
 CLOCK_NAMES = {number: name for name, number in CLOCK_TYPES.items()}
 # The reasons whose throttle duration is a field (the keys of FakeGpu.throttle_ns).
 THROTTLED_REASONS = tuple(key for field in FIELDS if field.home[0] == "throttle_ns" for key in field.home[1:] if key)
+
+# NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC (MiB/s) -> the key GPM's answers are kept under
+GPM_PCIE_KEYS = {metric: f"pcie_{direction}" for metric, direction in GPM_PCIE.items()}
 
 HANDLE_BASE = 0x7F0000001000
 SET_BASE = 0x7F0000800000
@@ -121,10 +126,19 @@ class FakeGpu:
     pcie_max_generation: Answer = 5
     pcie_width: Answer = 16
     pcie_max_width: Answer = 16
-    pcie_tx_kbps: Answer = 0
+    pcie_tx_kbps: Answer = 0  # nvmlDeviceGetPcieThroughput's 20 ms sample; GPM's PCIe rates, unless gpm says
     pcie_rx_kbps: Answer = 0
+    # Counters since driver load (NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES); None (NOT_SUPPORTED) unless a scenario
+    # says: a capture taken before fleetscope read them must not replay zeros.
+    pcie_tx_bytes: Answer = None
+    pcie_rx_bytes: Answer = None
+    # PCIe error and link-event counters (NVML_FI_DEV_PCIE_COUNT_*, the field table's keys); likewise.
+    pcie_errors: dict[str, Answer] | None = None
     nvlink_up: list[bool | NvmlReturn | None] = field(default_factory=lambda: [True] * 18)
     nvlink_errors: dict[str, list[Answer]] = field(default_factory=dict)  # "replay"/"recovery"/"crc" -> per link
+    # The all-link totals ("replay", "recovery", "crc_flit", "crc_data") where a capture recorded them; a total
+    # not given is the sum of its links (data CRC: 0, the fake counts CRC errors once).
+    nvlink_error_totals: dict[str, Answer] = field(default_factory=dict)
     performance_state: Answer = 0
     fan_percent: Answer = None  # passively cooled SXM boards have no fan
     recovery_action: Answer = 0
@@ -168,6 +182,26 @@ class FakeGpu:
                 setattr(self, key, value)
         return self
 
+    def nvlink_total(self, kind: str) -> Any:
+        """An all-link NVLink error total: recorded, else the sum of the links that answer (none: no links)."""
+        if kind in self.nvlink_error_totals:
+            return self.nvlink_error_totals[kind]
+        if not self.nvlink_up:
+            return None
+        if kind == "crc_data":
+            return 0
+        counts = [v for v in self.nvlink_errors.get(kind.removesuffix("_flit"), []) if isinstance(v, int)]
+        return sum(counts) if counts else None
+
+    def gpm_metrics(self) -> dict[str, Any]:
+        """What GPM answers between two samples: ``gpm``, with the PCIe rates (MiB/s) it does not name taken
+        from the traffic the 20 ms sampler sees."""
+        gpm: dict[str, Any] = dict(self.gpm) if isinstance(self.gpm, dict) else {}
+        for key, kbps in (("pcie_tx", self.pcie_tx_kbps), ("pcie_rx", self.pcie_rx_kbps)):
+            if key not in gpm and gpm:
+                gpm[key] = kbps / 1024 if isinstance(kbps, int) else kbps
+        return gpm
+
     def throttle(self, *reasons: str) -> None:
         """Set the active clocks-event reasons by name (none: clocks unrestricted)."""
         self.throttle_reasons = 0
@@ -207,10 +241,17 @@ class CFunction:
         self.argtypes: Any = None
 
     def __call__(self, *args: Any) -> Any:
-        self._fake._maybe_hang(self.__name__)
-        with self._fake._calls_lock:
-            self._fake.calls[self.__name__] = self._fake.calls.get(self.__name__, 0) + 1
-        return self._impl(*args)
+        fake = self._fake
+        fake._maybe_hang(self.__name__)
+        with fake._calls_lock:
+            fake.calls[self.__name__] = fake.calls.get(self.__name__, 0) + 1
+        if fake.latency is None:
+            return self._impl(*args)
+        started = time.thread_time()
+        try:
+            return self._impl(*args)
+        finally:
+            fake._book(self.__name__, args, time.thread_time() - started)
 
 
 def _value(arg: Any) -> int:
@@ -249,6 +290,14 @@ def _link_state(up: bool | NvmlReturn | None) -> Any:
     return up if up is None or isinstance(up, NvmlReturn) else (1 if up else 0)
 
 
+def _first_key(arg: Any) -> int:
+    """Whom a device call's first call is about: its handle, or the index it asks a handle for."""
+    try:
+        return _address(arg)
+    except (ctypes.ArgumentError, TypeError):
+        return _value(_out(arg)) if not hasattr(arg, "_obj") else 0
+
+
 def _address(pointer: Any) -> int:
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
@@ -278,8 +327,10 @@ class FakeNvml:
         max_field_id: int = 400,
         name: str = "custom",
         init_error: NvmlReturn | None = None,
+        latency: LatencyModel | None = None,
     ) -> None:
         self.name = name
+        self.latency = latency  # None: every call is free
         self.init_error = init_error  # nvmlInit answers this (a node whose driver is not loaded)
         self.gpus = gpus
         self.driver_version = driver_version
@@ -289,7 +340,10 @@ class FakeNvml:
         self.max_field_id = max_field_id  # fields newer than the simulated driver answer NOT_SUPPORTED
         self.initialized = 0
         self.calls: dict[str, int] = {}
+        self.fields_asked: Counter[int] = Counter()  # field id -> times asked in nvmlDeviceGetFieldValues
         self._calls_lock = threading.Lock()
+        self._booked: dict[int, Booked] = {}  # thread -> what its calls cost on the latency model
+        self._called: set[tuple[str, int]] = set()  # (symbol, handle) called before: not a first call any more
         self._hang: dict[str, threading.Event] = {}
         self._events = threading.Condition()
         self._sets: dict[int, dict[str, Any]] = {}
@@ -349,6 +403,40 @@ class FakeNvml:
         gate = self._hang.get(name)
         if gate is not None:
             gate.wait()
+
+    def reset_gpu(self, index: int, **changes: Any) -> FakeGpu:
+        """A GPU reset (``nvidia-smi -r``): the counters kept since the driver loaded or the GPU was last reset
+        start again from 0 (volatile ECC, energy, throttle time); ``changes`` are what the reset brought (a
+        new power limit, an updated VBIOS's clocks)."""
+        gpu = self.gpus[index]
+        if isinstance(gpu.ecc, dict):
+            gpu.ecc.update(corrected_volatile=0, uncorrected_volatile=0)
+        gpu.energy_mj = 0 if isinstance(gpu.energy_mj, int) else gpu.energy_mj
+        gpu.throttle_ns = {k: (0 if isinstance(v, int) else v) for k, v in gpu.throttle_ns.items()}
+        return gpu.set(**changes)
+
+    def reload_driver(self) -> None:
+        """The kernel driver reloaded under a running client: every call answers UNINITIALIZED until NVML is
+        initialized again, and every GPU was reset."""
+        self.initialized = 0
+        for index in range(len(self.gpus)):
+            self.reset_gpu(index)
+
+    def booked(self, thread: int | None = None) -> Booked:
+        """What the calls of ``thread`` (default: the calling thread) cost on the latency model so far."""
+        return self._booked.setdefault(threading.get_ident() if thread is None else thread, Booked())
+
+    def _book(self, name: str, args: tuple[Any, ...], own_seconds: float) -> None:
+        assert self.latency is not None
+        device = _first_key(args[0]) if args and name.startswith("nvmlDevice") else 0
+        fields = _value(args[1]) if name == "nvmlDeviceGetFieldValues" and len(args) > 1 else 0
+        with self._calls_lock:
+            first = (name, device) not in self._called
+            self._called.add((name, device))
+        booked = self.booked()
+        booked.modelled_seconds += self.latency.cost_us(name, first, fields) / 1e6
+        booked.own_seconds += own_seconds
+        booked.calls += 1
 
     def __getattr__(self, name: str) -> CFunction:
         # Only reached for names that are not regular attributes: the C symbols.
@@ -648,6 +736,8 @@ class FakeNvml:
                 value = per_link[scope]
                 if field_id == FI_DEV_NVLINK_GET_STATE:
                     value, value_type = _link_state(value), VALUE_TYPE_UINT
+        elif known.home[0] == "nvlink_error_totals":
+            value = gpu.nvlink_total(str(known.home[1]))
         else:
             attr, key = known.home
             # nvml.h: row remapping is not supported on MIG-enabled GPUs, its fields neither
@@ -673,6 +763,7 @@ class FakeNvml:
         now_us = int(time.time() * 1e6)
         for i in range(_value(count)):
             slot = values[i]
+            self.fields_asked[int(slot.fieldId)] += 1
             slot.timestamp = now_us
             slot.latencyUsec = 0
             try:
@@ -716,8 +807,7 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
 
         def write(g: FakeGpu) -> None:
-            self._samples[address] = {"gpu": g.index, "time": time.monotonic(),
-                                      "gpm": dict(g.gpm) if isinstance(g.gpm, dict) else {}}
+            self._samples[address] = {"gpu": g.index, "time": time.monotonic(), "gpm": g.gpm_metrics()}
 
         value: Any = None if gpu is None else (gpu.gpm if isinstance(gpu.gpm, NvmlReturn) else gpu)
         if gpu is not None and gpu.gpm is None:
@@ -734,13 +824,13 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
         for i in range(request.numMetrics):
             metric = request.metrics[i]
-            name = GPM_METRICS.get(int(metric.metricId))
+            name = GPM_METRICS.get(int(metric.metricId)) or GPM_PCIE_KEYS.get(int(metric.metricId))
             answer = second["gpm"].get(name) if name is not None else None
             if answer is None or isinstance(answer, NvmlReturn):
                 metric.nvmlReturn = ERROR_NOT_SUPPORTED if answer is None else answer.code
                 continue
             metric.nvmlReturn = SUCCESS
-            metric.value = float(answer)  # percent 0-100, over the interval between the samples
+            metric.value = float(answer)  # percent 0-100 (PCIe: MiB/s), over the interval between the samples
         return SUCCESS
 
     # -- events ----------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ A scenario is YAML::
     hang: [nvmlDeviceGetPowerUsage]
     pending_events: [{gpu: 2, xid: 79}]   # delivered once the GPU is registered for events
     init_error: NVML_ERROR_DRIVER_NOT_LOADED   # nvmlInit fails (no GPU use at all)
+    latency: h100_sxm_580         # what each call costs (latency/<name>.yaml, or the model inline):
+                                  # booked on a virtual clock, see fleetscope_sim.nvml_fake.latency
 
 ``null`` for a value means the driver answers NOT_SUPPORTED for it; a return-code name from nvml.h
 (``NVML_ERROR_NO_PERMISSION``) in a value's place means it answers that code. ``errors`` (in
@@ -29,6 +31,7 @@ import os
 from typing import Any
 
 from fleetscope.sources.nvml_h import EVENT_XID, NvmlReturn
+from fleetscope_sim.nvml_fake.latency import LatencyModel
 from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +94,7 @@ def load_scenario(path_or_name: str) -> FakeNvml:
         max_field_id=int(data.get("max_field_id", 400)),
         name=str(data.get("description", os.path.basename(path_or_name))),
         init_error=NvmlReturn.named(data["init_error"]) if data.get("init_error") else None,
+        latency=LatencyModel.of(data["latency"]) if data.get("latency") else None,
     )
     for index in data.get("lost") or ():
         fake.lose(int(index))
