@@ -20,6 +20,18 @@ batches after ``--fault-step`` steps (its loader hangs: a real hang, the other
 ranks wait in the all-reduce); ``--die-rank`` kills itself with SIGKILL after
 ``--fault-step`` steps (the others' next collective fails). A faulted rank
 prints ``fault <unix time>`` when it happens.
+
+Pauses that are not hangs (#26 item 3), after ``--pause-step`` steps, for
+``--pause-seconds``: ``checkpoint`` (rank 0 saves the model to storage that takes
+that long while the others wait in a barrier, all inside the step),
+``checkpoint-declared`` (rank 0 saves inside ``tracker.phase("checkpoint")``
+while the others go on and wait in the next step's all-reduce) and
+``evaluation`` (every rank runs forward passes over an evaluation set, then the
+ranks all-reduce the metric). Under ``torchrun --max-restarts``, ``--fail-rank``
+raises after ``--fault-step`` steps of the first attempt (an elastic restart
+follows) and each attempt resumes from the checkpoint rank 0 writes every
+``--save-every`` steps; ``--slow-load-rank`` reads it ``--load-seconds`` longer.
+Each rank prints ``pause <start> <end>`` and ``restart <unix time>``.
 """
 
 from __future__ import annotations
@@ -106,6 +118,34 @@ def build(kind: str, width: int, device_seconds: float, rank: int) -> torch.nn.M
     )
 
 
+def evaluate(model: torch.nn.Module, seconds: float, width: int, batch: int) -> None:
+    """Forward passes for about ``seconds`` (each costs the accelerator's forward time), then the metric's
+    all-reduce: what a trainer's evaluation loop does on every rank."""
+    total = torch.zeros(1)
+    deadline = time.monotonic() + seconds
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            total += model(torch.randn(batch, width)).pow(2).mean()
+    dist.all_reduce(total)
+
+
+def pause(kind: str, seconds: float, rank: int, model: torch.nn.Module, tracker: StepTracker, directory: str,
+          width: int, batch: int) -> None:
+    started = time.time()
+    if kind == "evaluation":
+        evaluate(model, seconds, width, batch)
+    elif kind == "checkpoint":
+        if rank == 0:
+            torch.save(model.state_dict(), os.path.join(directory, "model.pt"))
+            time.sleep(seconds)  # the storage takes its time
+        dist.barrier()
+    elif rank == 0:  # checkpoint-declared: the others go on to their next all-reduce and wait there
+        with tracker.phase("checkpoint"):
+            torch.save(model.state_dict(), os.path.join(directory, "model.pt"))
+            time.sleep(seconds)
+    print(f"pause {started:.3f} {time.time():.3f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=["ddp", "fsdp2", "fsdp1"], default="ddp")
@@ -120,7 +160,16 @@ def main() -> int:
     parser.add_argument("--stall-rank", type=int, default=-1)
     parser.add_argument("--die-rank", type=int, default=-1)
     parser.add_argument("--fault-step", type=int, default=100)
+    parser.add_argument("--pause", choices=["checkpoint", "checkpoint-declared", "evaluation"])
+    parser.add_argument("--pause-step", type=int, default=100)
+    parser.add_argument("--pause-seconds", type=float, default=180.0)
+    parser.add_argument("--checkpoint-dir", default=".")
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--save-every", type=int, default=50)
+    parser.add_argument("--slow-load-rank", type=int, default=-1)
+    parser.add_argument("--load-seconds", type=float, default=0.0)
     args = parser.parse_args()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
     dist.init_process_group("gloo")
@@ -138,6 +187,12 @@ def main() -> int:
 
     tracker = StepTracker()                         # job, rank, GPU from the environment
     model = tracker.watch(model)                    # collective waits are comm
+    saved = os.path.join(args.checkpoint_dir, "resume.pt")
+    if attempt and os.path.exists(saved):  # an elastic restart: resume where the last checkpoint was
+        print(f"restart {time.time():.3f}", flush=True)
+        model.load_state_dict(torch.load(saved))
+        if rank == args.slow_load_rank:
+            time.sleep(args.load_seconds)  # its node reads the checkpoint slower
     for step, batch in enumerate(tracker.steps(loader), 1):  # one step per batch; its fetch is data
         loss = model(batch).pow(2).mean()
         loss.backward()
@@ -146,6 +201,14 @@ def main() -> int:
         if rank == args.die_rank and step == args.fault_step:
             print(f"fault {time.time():.3f}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer, a segfault in a kernel, a node's reboot
+        if rank == args.fail_rank and step == args.fault_step and not attempt:
+            print(f"fault {time.time():.3f}", flush=True)
+            raise RuntimeError("NCCL error: unhandled system error")  # torchrun restarts every rank
+        if rank == 0 and args.fail_rank >= 0 and step % args.save_every == 0:
+            torch.save(model.state_dict(), saved + ".tmp")
+            os.replace(saved + ".tmp", saved)
+        if args.pause and step == args.pause_step:
+            pause(args.pause, args.pause_seconds, rank, model, tracker, args.checkpoint_dir, args.width, args.batch)
     tracker.close()
     dist.destroy_process_group()
     print(f"rank {rank}: {args.steps} steps", flush=True)

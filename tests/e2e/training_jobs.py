@@ -28,7 +28,8 @@ from fleetscope_sim.prom import Prometheus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
-SCRAPE_SECONDS = 5.0
+PRODUCTION_RULES = os.path.join(ROOT, "alerts", "fleetscope.rules.yml")
+SCRAPE_SECONDS = 5.0  # the compressed rules' scrape interval; the shipped configs scrape every 15 s
 # The GPUs each node's ranks see, as a scheduler would set them: node-01's ranks get the node's GPUs
 # 4-7, so local rank 2 computes on GPU 6 (the client maps the CUDA ordinal back).
 VISIBLE_DEVICES = {"node-01": "4,5,6,7"}
@@ -39,6 +40,8 @@ class Cluster:
     workdir: str
     base_port: int
     nodes: int
+    rules: str = RULES
+    scrape_seconds: float = SCRAPE_SECONDS
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ranks: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
     prometheus: Prometheus | None = None
@@ -60,10 +63,11 @@ class Cluster:
                  "--no-collector.gpu", "--collector.steps", f"--push.median-window={median_window}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environ(),
             ))
-        interval = f"{SCRAPE_SECONDS:g}s"
+        interval = f"{self.scrape_seconds:g}s"
+        timeout = f"{min(self.scrape_seconds, 10):g}s"
         config: dict[str, Any] = {
-            "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
-            "rule_files": [RULES],
+            "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": timeout},
+            "rule_files": [self.rules],
             "scrape_configs": [{
                 "job_name": "fleetscope",
                 "static_configs": [
@@ -78,11 +82,12 @@ class Cluster:
         self.watcher = AlertWatcher(self.prometheus.alerts)
         self.watcher.start()
 
-    def launch(self, job: str, ranks: int, per_node: int, master_port: int, *args: str) -> None:
-        """``ranks`` ranks of ``job``, ``per_node`` on each node in order; ``args`` go to gloo_rank."""
+    def launch(self, job: str, ranks: int, per_node: int, master_port: int, *args: str, first_node: int = 0) -> None:
+        """``ranks`` ranks of ``job``, ``per_node`` on each node in order from ``first_node``; ``args`` go to
+        gloo_rank."""
         procs = []
         for rank in range(ranks):
-            index = rank // per_node
+            index = first_node + rank // per_node
             env = _environ()
             env.update({
                 "RANK": str(rank), "LOCAL_RANK": str(rank % per_node), "WORLD_SIZE": str(ranks),
@@ -97,6 +102,18 @@ class Cluster:
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
         self.ranks[job] = procs
+
+    def launch_torchrun(self, job: str, ranks: int, node: int, max_restarts: int, *args: str) -> None:
+        """``ranks`` ranks of ``job`` on one node under ``torchrun --max-restarts`` (elastic restarts)."""
+        env = _environ()
+        env.update({"FLEETSCOPE_PUSH_URL": self.url(node), "FLEETSCOPE_JOB": job, "OMP_NUM_THREADS": "1"})
+        with open(self.log(job, 0), "wb") as log:
+            self.ranks[job] = [subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                 f"--max-restarts={max_restarts}", "--monitor-interval=1", "-m", "tests.e2e.gloo_rank", *args],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )]
 
     def log(self, job: str, rank: int) -> str:
         return os.path.join(self.workdir, f"{job}-rank{rank}.log")
@@ -154,9 +171,10 @@ def _environ() -> dict[str, str]:
 
 
 @contextmanager
-def cluster(nodes: int, base_port: int, median_window: int = 64) -> Iterator[Cluster]:
+def cluster(nodes: int, base_port: int, median_window: int = 64, rules: str = RULES,
+            scrape_seconds: float = SCRAPE_SECONDS) -> Iterator[Cluster]:
     """Nodes, Prometheus and an alert watcher; on failure the work directory (rank logs) is kept."""
-    running = Cluster(tempfile.mkdtemp(prefix="fleetscope-jobs-"), base_port, nodes)
+    running = Cluster(tempfile.mkdtemp(prefix="fleetscope-jobs-"), base_port, nodes, rules, scrape_seconds)
     try:
         running.start(median_window)
         yield running
