@@ -172,7 +172,14 @@ def main() -> int:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
-    dist.init_process_group("gloo")
+    if attempt and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps one store across restarts, and gloo's full mesh of the new attempt read the old
+        # ranks' addresses from it (torch 2.13: 3 of 3 restarts of 4 ranks failed to connect): a prefix per attempt.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt-{attempt}", store),
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     device_seconds = args.device_ms / 1000 * (1 + args.slowdown if rank == args.slow_rank else 1)
     data_rank = rank == args.data_rank

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ def record(out: str, base_port: int) -> None:
                                     time=f"{ended:.3f}")
         events = {job.name: _events(jobs, job) for job in JOBS}
         codes = {name: [p.poll() for p in procs] for name, procs in jobs.ranks.items()}
+        logs = out.removesuffix(".json.gz") + "-logs"
+        shutil.copytree(jobs.workdir, logs, ignore=shutil.ignore_patterns("prometheus", "*-checkpoints"))
     raw = {"started": started, "ended": ended, "scrape_seconds": SCRAPE, "rules": os.path.basename(PRODUCTION_RULES),
            "jobs": [{"name": j.name, "ranks": j.ranks, "per_node": j.per_node, "args": j.args, "torchrun": j.torchrun,
                      "pause": j.pause} for j in JOBS],
@@ -131,25 +134,33 @@ def _number(value: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def encode(values: list[float | None]) -> str:
-    """promtool's series notation: runs of a constant step as ``a+bxn``, gaps as ``_``."""
+STALE = "stale"  # what Prometheus writes when a series it scraped before is gone from a scrape
+
+
+def encode(values: list[float | str | None]) -> str:
+    """promtool's series notation: runs of a constant step as ``a+bxn``, gaps as ``_``, staleness as ``stale``."""
     out: list[str] = []
     i = 0
     while i < len(values):
         value = values[i]
-        if value is None:
+        if value is None or value == STALE:
             n = 0
-            while i + n + 1 < len(values) and values[i + n + 1] is None:
+            while i + n + 1 < len(values) and values[i + n + 1] == value:
                 n += 1
-            out.append("_" if n == 0 else f"_x{n + 1}")
+            token = "_" if value is None else STALE
+            out.append(token if n == 0 else " ".join([token] * (n + 1)) if value == STALE else f"_x{n + 1}")
             i += n + 1
             continue
+        assert isinstance(value, float)
         n = 0
         step = 0.0
-        if i + 1 < len(values) and values[i + 1] is not None:
-            step = round(values[i + 1] - value, 3)  # type: ignore[operator]
-            while (i + n + 1 < len(values) and values[i + n + 1] is not None
-                   and abs(values[i + n + 1] - (value + (n + 1) * step)) < 0.0015):  # type: ignore[operator]
+        following = values[i + 1] if i + 1 < len(values) else None
+        if isinstance(following, float):
+            step = round(following - value, 3)
+            while i + n + 1 < len(values):
+                candidate = values[i + n + 1]
+                if not isinstance(candidate, float) or abs(candidate - (value + (n + 1) * step)) >= 0.0015:
+                    break
                 n += 1
         if n == 0:
             out.append(_number(value))
@@ -161,21 +172,25 @@ def encode(values: list[float | None]) -> str:
     return " ".join(out)
 
 
-def grid_series(raw: dict[str, Any]) -> tuple[dict[str, list[float | None]], float]:
-    """Each series on the 15 s grid from the first scrape; Unix-time values keep their age at the scrape."""
+def grid_series(raw: dict[str, Any]) -> tuple[dict[str, list[float | str | None]], float]:
+    """Each series on the 15 s grid from the first scrape; Unix-time values keep their age at the scrape; a
+    series gone from a scrape is stale there (Prometheus's query API leaves its staleness markers out)."""
     first = min(float(v[0][0]) for s in raw["series"] for v in [s["values"]])
     length = 1 + max(round((float(v[-1][0]) - first) / SCRAPE) for s in raw["series"] for v in [s["values"]])
-    out: dict[str, list[float | None]] = {}
+    out: dict[str, list[float | str | None]] = {}
     for series in raw["series"]:
         labels = dict(series["metric"])
         name = labels.pop("__name__")
-        values: list[float | None] = [None] * length
+        values: list[float | str | None] = [None] * length
         for stamp, text in series["values"]:
             k = round((float(stamp) - first) / SCRAPE)
             value = float(text)
             if name.endswith("_timestamp_seconds"):
                 value = value - float(stamp) + k * SCRAPE  # its age at the scrape, on the test's clock
             values[k] = value
+        for k in range(1, length):
+            if values[k] is None and isinstance(values[k - 1], float):
+                values[k] = STALE
         inner = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))
         out[f"{name}{{{inner}}}"] = values
     return out, first
