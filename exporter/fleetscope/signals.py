@@ -86,16 +86,32 @@ RANK_GPU = "rank:fleetscope_training_rank_info:gpu"
 
 # -- training: progress (rules/progress.py) -----------------------------------------------------------
 
+# Per node: Prometheus's clock minus the node's, from the scrape's own clock reading (the sample's time
+# minus fleetscope_push_scrape_timestamp_seconds; 0 for a daemon that does not export it). Every node
+# timestamp a rule compares with time() is moved onto Prometheus's clock with it, so a step of the node's
+# wall clock (NTP at boot, after a suspend) moves no age (docs/reliability.md).
+NODE_CLOCK_OFFSET = "instance:fleetscope_push_scrape_timestamp_seconds:offset"
+# Per job and phase: how many of its ranks are in that phase now (ranks that said goodbye under "ended").
+JOB_PHASE_RANKS = "training_job_phase:fleetscope_training_phase:count"
 # When a job last made progress: its newest completed step, or before any, its newest phase change
-# (ranks that said goodbye left out).
+# (ranks that said goodbye left out). On Prometheus's clock.
 JOB_PROGRESS = "training_job:fleetscope_training_progress:timestamp_seconds"
-# How long a job may go without progress before it is hung: 10x its median step time, clamped.
+# Jobs that pause (value 1): a rank in a phase of the job's own naming (a declared checkpoint), every rank in the
+# same phase outside a collective (a checkpoint, an evaluation), or a rank restarted and not yet through a step.
+JOB_PAUSED = "training_job:fleetscope_training_phase:paused"
+# How long a job may go without progress before it is hung: 10x its median step time, clamped; the pause
+# threshold while it pauses (a declared phase, every rank in one phase outside a collective, a restart).
 JOB_HANG_THRESHOLD = "training_job:fleetscope_training_progress:hang_threshold_seconds"
 # Hung jobs only: those without progress for longer than their threshold (value: when they last made progress).
 JOB_HUNG = "training_job:fleetscope_training_progress:hung"
-# The hang suspects, in hung jobs only: ranks not waiting in a collective (label `phase` = data, compute, other
-# or idle; value: when they entered it), and ranks whose reports stopped (`phase="silent"`; value: their last
-# report). Timestamps, not ages: a reader computes the age at its own evaluation.
+# Ranks their peers wait for: outside a collective (label `phase` = data, compute or idle; value: when they
+# entered it) for 2x the job's median step time and at least 20 s, while most of the job's ranks wait in one.
+# A job with such a rank is hung at once, whatever its threshold.
+RANK_AWAITED = "rank:fleetscope_training_phase_start_timestamp_seconds:awaited_by_peers"
+# The hang suspects: the awaited ranks, and in hung jobs the ranks not waiting in a collective (label `phase` =
+# data, compute, other or idle; value: when they entered it) and those whose reports stopped
+# (`phase="silent"`; value: their last report). Timestamps, not ages: a reader computes the age at its own
+# evaluation.
 RANK_HANG_SUSPECTS = "rank:fleetscope_training_phase_start_timestamp_seconds:hang_suspects"
 # The few ranks the progress rules single out, recorded once so that every rule reads a handful of series
 # instead of every rank's: ranks that said goodbye (value 1), ranks whose process is gone (value 0), ranks
@@ -104,6 +120,12 @@ RANK_ENDED = "rank:fleetscope_training_phase:ended"
 RANK_GONE = "rank:fleetscope_training_process_up:gone"
 RANK_SILENT = "rank:fleetscope_training_last_push_timestamp_seconds:silent"
 JOB_LAST_PUSH = "training_job:fleetscope_training_last_push_timestamp_seconds:max"
+
+
+def on_prometheus_clock(selector: str) -> str:
+    """A node timestamp series (a selector) on Prometheus's clock: plus its node's :data:`NODE_CLOCK_OFFSET`.
+    Binds as ``+``: parenthesise it under ``*`` or ``/``."""
+    return f"{selector}\n  + on (instance) group_left ()\n{NODE_CLOCK_OFFSET}"
 
 
 def rank_share(part: str) -> str:

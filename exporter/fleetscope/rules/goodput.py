@@ -29,6 +29,7 @@ from fleetscope.signals import (
     JOB_STEP_BEST,
     JOB_STEP_SUSTAINED,
     indent,
+    on_prometheus_clock,
     rank_share,
 )
 
@@ -82,7 +83,8 @@ def recording_rules(s: Settings) -> Group:
     )
     return Group("fleetscope-goodput.rules", (
         Record(JOB_RANKS, f"count by ({JOB_KEY}) ({last_step})"),
-        Record(JOB_LAST_STEP, f"max by ({JOB_KEY}) ({last_step})"),
+        # On Prometheus's clock, as time() it is compared with (a node's wall clock may be stepped).
+        Record(JOB_LAST_STEP, f"max by ({JOB_KEY}) (\n  {indent(on_prometheus_clock(last_step))}\n)"),
         Record(JOB_STEP_SUSTAINED, f"quantile_over_time(0.5, {JOB_STEP}[{s.goodput_sustain_window}])"),
         Record(JOB_STEP_BEST, f"min_over_time({JOB_STEP_SUSTAINED}[{s.goodput_best_window}])"),
         Record(JOB_GOODPUT, goodput),

@@ -9,11 +9,25 @@ the ranks that are *not* waiting in a collective, or whose reports stopped,
 and says so when every rank waits (the network, or a collective some rank
 never calls). A rank whose process is gone without saying goodbye is dead:
 its own alert, and no hang alert for its job.
+
+How long to wait (#26 item 3): a rank outside a collective that most of its
+job's ranks wait for in one is *awaited*, and named once it has been there for
+twice the job's median step time (20 s at least), whatever the job's
+threshold. A pause is no hang: a rank in a phase of the job's own naming
+(``tracker.phase("checkpoint")``), every rank in the same phase outside a
+collective (a checkpoint, an evaluation, a recompilation) or a restarted rank
+not yet through a step gives the job the long pause threshold (30 minutes).
+Otherwise a job is hung after 10x its median step time without progress,
+clamped to 2-30 minutes.
+
+Every timestamp is the node's; each is moved onto Prometheus's clock with its
+node's offset before it is compared with ``time()`` (:data:`NODE_CLOCK_OFFSET`),
+so a step of a node's wall clock changes no age.
 """
 
 from __future__ import annotations
 
-from fleetscope.metrics import training
+from fleetscope.metrics import push, training
 from fleetscope.record import PHASES, WAITING_PHASE
 from fleetscope.rules.model import Alert, Group, Record, num, sel
 from fleetscope.rules.settings import Settings
@@ -21,8 +35,12 @@ from fleetscope.signals import (
     JOB_HANG_THRESHOLD,
     JOB_HUNG,
     JOB_LAST_PUSH,
+    JOB_PAUSED,
+    JOB_PHASE_RANKS,
     JOB_PROGRESS,
     JOB_STEP,
+    NODE_CLOCK_OFFSET,
+    RANK_AWAITED,
     RANK_ENDED,
     RANK_GONE,
     RANK_HANG_SUSPECTS,
@@ -30,9 +48,12 @@ from fleetscope.signals import (
     RANK_SILENT,
     indent,
     on_gpu,
+    on_prometheus_clock,
 )
 
 NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
+DECLARED = "other"  # the phase of a rank inside a phase of the job's own naming (a declared pause)
+AWAITED = "|".join(p for p in PHASES if p not in (WAITING_PHASE, DECLARED, "ended"))
 SILENT = "silent"  # the phase label of a rank whose reports stopped
 
 
@@ -45,9 +66,24 @@ def _ended(s: Settings) -> str:
     return f"{sel(s, str(training.PHASE), ended)} == 1"
 
 
+def _clock_offset(s: Settings) -> str:
+    """Per node: Prometheus's clock minus the node's at the scrape (0 where the daemon does not say)."""
+    clock = sel(s, str(push.SCRAPE_TIMESTAMP_SECONDS))
+    return (
+        f"timestamp({clock}) - {clock}\n"
+        f"  or on (instance)\n"
+        f"group by (instance) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))}) * 0"
+    )
+
+
+def _stamp(s: Settings, metric: str) -> str:
+    """A node timestamp series on Prometheus's clock."""
+    return on_prometheus_clock(sel(s, metric))
+
+
 def _silent(s: Settings) -> str:
     """Ranks whose last report is older than ``silent_after_seconds`` (value: that report's time)."""
-    return f"{sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))} < time() - {num(s.silent_after_seconds)}"
+    return f"{_stamp(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))} < time() - {num(s.silent_after_seconds)}"
 
 
 def _running(expr: str) -> str:
@@ -57,8 +93,8 @@ def _running(expr: str) -> str:
 
 def last_progress(s: Settings) -> str:
     """Per job: when its newest step completed (before any step did: when a rank last changed phase)."""
-    last_step = _running(sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
-    phase_start = _running(sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
+    last_step = _running(_stamp(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
+    phase_start = _running(_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
     return (
         f"max by (training_job) (\n  {indent(last_step)}\n)\n"
         f"  or\n"
@@ -66,11 +102,58 @@ def last_progress(s: Settings) -> str:
     )
 
 
+def _reporting(s: Settings) -> str:
+    """Per job: its ranks that report a position and have not said goodbye."""
+    return f'sum by (training_job) ({JOB_PHASE_RANKS}{{phase!="ended"}})'
+
+
+def paused(s: Settings) -> str:
+    """Jobs that pause: a rank in a declared phase, every rank in one phase outside a collective, or a rank
+    restarted and not yet through a step (its newest step number goes with its old process)."""
+    one_phase = f'{JOB_PHASE_RANKS}{{phase!~"{WAITING_PHASE}|ended"}}'
+    starting = (
+        f"{sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS))}\n"
+        f"  unless on ({RANK_KEY})\n{sel(s, str(training.LAST_STEP))}"
+    )
+    return (
+        f"group by (training_job) (\n"
+        f'  {JOB_PHASE_RANKS}{{phase="{DECLARED}"}}\n'
+        f"  or\n"
+        f"  {one_phase} == on (training_job) group_left () {_reporting(s)}\n"
+        f"  or\n"
+        f"  count by (training_job) (\n    {indent(starting, '    ')}\n  )\n"
+        f")"
+    )
+
+
 def hang_threshold(s: Settings) -> str:
     return (
         f"clamp({num(s.hang_step_multiple)} * {JOB_STEP}, {num(s.hang_min_seconds)}, {num(s.hang_max_seconds)})\n"
+        f"  unless on (training_job)\n{JOB_PAUSED}\n"
+        f"  or on (training_job)\n"
+        f"{JOB_PROGRESS} * 0 + {num(s.hang_pause_seconds)} and on (training_job) {JOB_PAUSED}\n"
         f"  or on (training_job)\n"
         f"{JOB_PROGRESS} * 0 + {num(s.hang_max_seconds)}"
+    )
+
+
+def awaited(s: Settings) -> str:
+    """Ranks outside a collective that most of their job waits for in one, there for long enough (value: when
+    they entered their phase, a label); only ranks through a step in their process."""
+    phase = sel(s, str(training.PHASE), f'phase=~"{AWAITED}"')
+    long_enough = (
+        f"time() - clamp_min({num(s.hang_awaited_step_multiple)} * {JOB_STEP}, {num(s.hang_awaited_min_seconds)})"
+    )
+    most_wait = (
+        f'{JOB_PHASE_RANKS}{{phase="{WAITING_PHASE}"}}\n'
+        f"  >= on (training_job)\n{num(s.hang_awaited_share)} * {_reporting(s)}"
+    )
+    return (
+        f"(\n  (\n    {indent(_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS)), '    ')}\n  )\n"
+        f"    * on ({RANK_KEY}) group_left (phase)\n  ({phase} == 1)\n"
+        f"    and on ({RANK_KEY})\n  {sel(s, str(training.LAST_STEP))}\n)\n"
+        f"  < on (training_job) group_left ()\n({long_enough})\n"
+        f"  and on (training_job)\n(\n  {indent(most_wait)}\n)"
     )
 
 
@@ -80,24 +163,30 @@ def hung(s: Settings) -> str:
 
 
 def recording_rules(s: Settings) -> Group:
+    last_push = str(training.LAST_PUSH_TIMESTAMP_SECONDS)
     # The sparse sets first: the rules after them in this group read them at this evaluation.
     return Group("fleetscope-progress.rules", (
+        Record(NODE_CLOCK_OFFSET, _clock_offset(s)),
         Record(RANK_ENDED, _ended(s)),
         Record(RANK_GONE, _gone(s)),
         Record(RANK_SILENT, _silent(s)),
-        Record(JOB_LAST_PUSH, f"max by (training_job) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))})"),
+        Record(JOB_LAST_PUSH, f"max by (training_job) (\n  {indent(_stamp(s, last_push))}\n)"),
         Record(JOB_PROGRESS, last_progress(s)),
+        Record(JOB_PHASE_RANKS, f"count by (training_job, phase) ({sel(s, str(training.PHASE))} == 1)"),
+        Record(JOB_PAUSED, paused(s)),
         Record(JOB_HANG_THRESHOLD, hang_threshold(s)),
         Record(JOB_HUNG, hung(s)),
+        Record(RANK_AWAITED, awaited(s)),
         Record(RANK_HANG_SUSPECTS, suspects(s)),
-    ))
+    ), interval=s.progress_evaluation_interval)
 
 
 def suspects(s: Settings) -> str:
-    """Ranks not waiting in a collective (value: when they entered their phase, a label), or gone silent."""
+    """The awaited ranks; in hung jobs, ranks not waiting in a collective (value: when they entered their phase,
+    a label), or gone silent."""
     phase = sel(s, str(training.PHASE), f'phase=~"{NOT_WAITING}"')
     not_waiting = (
-        f"{sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS))}\n"
+        f"({_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS))})\n"
         f"  * on ({RANK_KEY}) group_left (phase)\n"
         f"({phase} == 1)\n"
         f"  unless on ({RANK_KEY})\n"
@@ -111,7 +200,8 @@ def suspects(s: Settings) -> str:
     # Only in hung jobs, the one place they are read: at any moment nearly every rank of every job is in its
     # compute phase, and recording them all wrote one series per rank at every evaluation.
     return (
-        f"(\n  (\n    {indent(not_waiting, '    ')}\n  )\n  or\n  (\n    {indent(went_silent, '    ')}\n  )\n)\n"
+        f"{RANK_AWAITED}\n  or on ({RANK_KEY})\n"
+        f"(\n  {indent(not_waiting)}\n  or\n  {indent(went_silent)}\n)\n"
         f"  and on (training_job)\n{JOB_HUNG}"
     )
 
@@ -131,6 +221,12 @@ def alert_rules(s: Settings) -> Group:
         s, str(training.PHASE), f'{job}, phase="{WAITING_PHASE}"', "$labels.training_job",
         "; {{ . | first | value }} of its ranks wait in a collective", "count({} == 1)",
     )
+    # A rank its peers wait for keeps the phase it reported last when its reports stop (one alert, not two).
+    stopped = (
+        f"{{{{ with printf `time() - {RANK_SILENT}{{{rank}}}` {rank_args} | query }}}}; its reports stopped "
+        "{{ . | first | value | humanizeDuration }} ago (frozen, stuck in native code holding the GIL, or cut off "
+        "from the node's daemon){{ end }}"
+    )
     where = "rank {{ $labels.rank }} on {{ $labels.instance }}{{ with $labels.gpu }} (GPU {{ . }}){{ end }}"
     # The suspects with their GPU, or, where every rank waits in a collective, the job alone; never a job with
     # a dead rank (TrainingRankDead says it).
@@ -143,18 +239,17 @@ def alert_rules(s: Settings) -> Group:
         f"  unless on (training_job)\n{RANK_GONE}"
     )
     hang_description = (
-        "Training job {{ $labels.training_job }} has completed no step for "
-        f"{num(s.hang_step_multiple)}x its median step time (clamped to {num(s.hang_min_seconds)}s-"
-        f"{num(s.hang_max_seconds)}s). "
+        "Training job {{ $labels.training_job }} makes no progress. "
         "{{ if $labels.rank }}"
         f"It waits for {where}, which is not waiting in a collective: "
         f'{{{{ if eq $labels.phase "{SILENT}" }}}}its reports stopped {{{{ $value | humanizeDuration }}}} ago '
         "(frozen, stuck in native code holding the GIL, or cut off from the node's daemon)"
-        "{{ else }}it has been in its {{ $labels.phase }} phase for {{ $value | humanizeDuration }}{{ end }}"
-        f"{at_step}{waiting}."
+        "{{ else }}it has been in its {{ $labels.phase }} phase for {{ $value | humanizeDuration }}"
+        f"{stopped}{{{{ end }}}}{at_step}{waiting}."
         "{{ else }}"
-        "Every rank that reports waits in a collective: suspect the network, a collective that not every rank "
-        "calls, or ranks that report no position (an older client)."
+        "It has completed no step for {{ $value | humanizeDuration }}, and every rank that reports waits in a "
+        "collective: suspect the network, a collective that not every rank calls, or ranks that report no "
+        "position (an older client)."
         "{{ end }}"
     )
     dead_phase = _query(
@@ -200,4 +295,4 @@ def alert_rules(s: Settings) -> Group:
             s.silent_for,
         ),
     ]
-    return Group("fleetscope-progress", tuple(alerts))
+    return Group("fleetscope-progress", tuple(alerts), interval=s.progress_evaluation_interval)

@@ -63,10 +63,26 @@ class Settings:
     slowdown_window: str = "15m"
     slowdown_baseline_offset: str = "1h"
     slowdown_for: str = "15m"
+    # Hangs (docs/runbooks.md#trainingjobhang). A rank outside a collective (data, compute, idle) that most of
+    # its job's ranks wait for in one (hang_awaited_share of those that report) is named once it has been
+    # there for hang_awaited_step_multiple x the job's median step time, and at least hang_awaited_min_seconds
+    # (a rank that has not completed a step in its process yet, or in a phase of the job's own naming, never).
+    hang_awaited_step_multiple: float = 2.0
+    hang_awaited_min_seconds: float = 20.0
+    hang_awaited_share: float = 0.5
+    # Otherwise a job is hung after no step for hang_step_multiple x its median step time, clamped...
     hang_step_multiple: float = 10.0  # DLRover: 10x the typical step time...
     hang_min_seconds: float = 120.0  # ...clamped to [2 min, 30 min]
     hang_max_seconds: float = 1800.0
-    hang_for: str = "1m"
+    # ...or after hang_pause_seconds while it pauses: a rank in a phase of the job's own naming (a declared
+    # checkpoint), every rank in the same phase outside a collective (a checkpoint, an evaluation, a
+    # recompilation), or a rank restarted and not through a step yet (an elastic restart).
+    hang_pause_seconds: float = 1800.0
+    # Every path above is a duration measured from the ranks' own timestamps at each evaluation: no for:.
+    hang_for: str = ""
+    # The progress groups' evaluation interval, whatever the global one: the hang's time to name its rank
+    # is measured at it (docs/runbooks.md). Empty: global.
+    progress_evaluation_interval: str = "15s"
     silent_after_seconds: float = 120.0  # a rank with no push for this long while others push
     silent_for: str = "1m"
     dead_for: str = "1m"  # a rank's process gone without a goodbye (the daemon saw it go)
@@ -178,6 +194,8 @@ class Settings:
             raise ValueError("breaker_percent is a share of the cluster's nodes, in (0, 100]")
         if not self.hang_min_seconds <= self.hang_max_seconds:
             raise ValueError("hang_min_seconds must not exceed hang_max_seconds")
+        if not 0 < self.hang_awaited_share <= 1:
+            raise ValueError("hang_awaited_share is a share of a job's ranks, in (0, 1]")
 
 
 PRODUCTION = Settings()
@@ -203,7 +221,8 @@ E2E = dataclasses.replace(
     nccl_bandwidth_for="30s",
     hang_min_seconds=30.0,
     hang_max_seconds=300.0,
-    hang_for="10s",
+    hang_pause_seconds=300.0,
+    progress_evaluation_interval="5s",
     silent_after_seconds=30.0,
     silent_for="10s",
     dead_for="10s",
