@@ -432,7 +432,7 @@ class NvmlSource:
         self._read_fast(index, gpu, values)
         slow = fresh or index in self._refresh or self._now >= gpu.slow_due
         wanted = [f for f in (*GPU_FIELDS, *LINK_FIELDS)
-                  if f.cost == "fast" or (slow and f.cost == "slow") if self._wanted(gpu, f)]
+                  if (f.cost == "fast" or (slow and f.cost == "slow")) and self._wanted(gpu, f)]
         links = range(gpu.nvlink_links)
         fields = self._field_values(index, gpu.handle,
                                     [(f.id, link) for f in wanted for link in (links if f.per_link else (0,))])
@@ -639,12 +639,11 @@ class NvmlSource:
     def _read_gpm(self, index: int, gpu: _Gpu, out: _Values) -> None:
         """GPM ratios and PCIe rates between this collection's sample and the previous one (two buffers, reused)."""
         nvml = self._nvml
-        if not gpu.gpm_samples:
-            for _ in range(2):
-                sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
-                if sample is None:
-                    return
-                gpu.gpm_samples.append(sample)
+        while len(gpu.gpm_samples) < 2:  # kept for the GPU's life: one allocation, not one per collection
+            sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+            if sample is None:
+                return
+            gpu.gpm_samples.append(sample)
         previous, current = gpu.gpm_samples
         if self._attempt(index, "gpm_sample", nvml.nvmlGpmSampleGet, gpu.handle, current) is None:
             gpu.gpm_primed = False
