@@ -97,7 +97,8 @@ JOB_PHASE_RANKS = "training_job_phase:fleetscope_training_phase:count"
 # (ranks that said goodbye left out). On Prometheus's clock.
 JOB_PROGRESS = "training_job:fleetscope_training_progress:timestamp_seconds"
 # Jobs that pause (value 1): a rank in a phase of the job's own naming (a declared checkpoint), every rank in the
-# same phase outside a collective (a checkpoint, an evaluation), or a rank restarted and not yet through a step.
+# same phase of its own work or between steps (a checkpoint, an evaluation), or a rank restarted and not yet
+# through a step.
 JOB_PAUSED = "training_job:fleetscope_training_phase:paused"
 # How long a job may go without progress before it is hung: 10x its median step time, clamped; the pause
 # threshold while it pauses (a declared phase, every rank in one phase outside a collective, a restart).

@@ -14,9 +14,10 @@ How long to wait (#26 item 3): a rank outside a collective that most of its
 job's ranks wait for in one is *awaited*, and named once it has been there for
 twice the job's median step time (20 s at least), whatever the job's
 threshold. A pause is no hang: a rank in a phase of the job's own naming
-(``tracker.phase("checkpoint")``), every rank in the same phase outside a
-collective (a checkpoint, an evaluation, a recompilation) or a restarted rank
-not yet through a step gives the job the long pause threshold (30 minutes).
+(``tracker.phase("checkpoint")``), every rank in the same phase of its own
+work or between steps (a checkpoint, an evaluation, a recompilation; not every
+rank waiting for data: that is a storage outage) or a restarted rank not yet
+through a step gives the job the long pause threshold (30 minutes).
 Otherwise a job is hung after 10x its median step time without progress,
 clamped to 2-30 minutes.
 
@@ -55,6 +56,7 @@ NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
 DECLARED = "other"  # the phase of a rank inside a phase of the job's own naming (a declared pause)
 AWAITED = "|".join(p for p in PHASES if p not in (WAITING_PHASE, DECLARED, "ended"))
 SILENT = "silent"  # the phase label of a rank whose reports stopped
+PAUSE_PHASES = "compute|idle|other"  # every rank in one of these at once: a checkpoint, an evaluation
 
 
 def _gone(s: Settings) -> str:
@@ -108,9 +110,10 @@ def _reporting(s: Settings) -> str:
 
 
 def paused(s: Settings) -> str:
-    """Jobs that pause: a rank in a declared phase, every rank in one phase outside a collective, or a rank
-    restarted and not yet through a step (its newest step number goes with its old process)."""
-    one_phase = f'{JOB_PHASE_RANKS}{{phase!~"{WAITING_PHASE}|ended"}}'
+    """Jobs that pause: a rank in a declared phase, every rank in one phase outside a collective (its own
+    work or between steps: every rank waiting for data is a storage outage, not a pause), or a rank restarted
+    and not yet through a step (its newest step number goes with its old process)."""
+    one_phase = f'{JOB_PHASE_RANKS}{{phase=~"{PAUSE_PHASES}"}}'
     starting = (
         f"{sel(s, str(training.LAST_STEP_TIMESTAMP_SECONDS))}\n"
         f"  unless on ({RANK_KEY})\n{sel(s, str(training.LAST_STEP))}"

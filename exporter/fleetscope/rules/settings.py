@@ -75,8 +75,8 @@ class Settings:
     hang_min_seconds: float = 120.0  # ...clamped to [2 min, 30 min]
     hang_max_seconds: float = 1800.0
     # ...or after hang_pause_seconds while it pauses: a rank in a phase of the job's own naming (a declared
-    # checkpoint), every rank in the same phase outside a collective (a checkpoint, an evaluation, a
-    # recompilation), or a rank restarted and not through a step yet (an elastic restart).
+    # checkpoint), every rank in the same phase of its own work or between steps (a checkpoint, an evaluation,
+    # a recompilation; not every rank waiting for data), or a rank restarted and not through a step yet.
     hang_pause_seconds: float = 1800.0
     # Every path above is a duration measured from the ranks' own timestamps at each evaluation: no for:.
     hang_for: str = ""
