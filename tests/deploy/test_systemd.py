@@ -99,13 +99,18 @@ def test_tmpfiles_makes_the_nccl_inspector_dir_writable_for_jobs() -> None:
 
 def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        # Reuse this interpreter's packages so the test needs no downloads.
-        "VENV_ARGS": "--system-site-packages",
-        "PIP_ARGS": "--no-deps",
-    }
+    # The venv install.sh installs into, made here so it needs no downloads: it sees this interpreter's
+    # packages through a .pth file (install.sh keeps a venv that exists). `venv --system-site-packages`
+    # does not do that from inside a virtual environment: it sees the base interpreter's packages only.
+    venv = root / "opt" / "fleetscope" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", where],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    Path(purelib, "test-packages.pth").write_text(
+        "\n".join(p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()) + "\n")
+    env = {**os.environ, "PIP_ARGS": "--no-deps"}
+    env.pop("PYTHONPATH", None)  # the installed fleetscope must be the one that answers
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(SYSTEMD / "install.sh"), "--root", str(root), "--no-start"],
                               env=env, capture_output=True, text=True, timeout=300, check=False)
