@@ -75,9 +75,11 @@ def setup_logging(log: LogConfig, stream: TextIO | None = None, *, quiet: bool =
     root.addHandler(handler)
     root.setLevel(level.upper())
     # A library that installed its own console handler (uvicorn does, unless told not to) would print its
-    # records a second time, in its own format: they go through the one handler instead.
+    # records a second time, in its own format: they go through the one handler instead, at the one level
+    # (uvicorn also sets its loggers' level from its own log_level, which outlives an earlier server).
     for logger in list(logging.Logger.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger) and logger.handlers:
             for old in logger.handlers[:]:
                 logger.removeHandler(old)
             logger.propagate = True
+            logger.setLevel(logging.NOTSET)
