@@ -109,13 +109,7 @@ def require_binary(name: str) -> str:
 # after the other. (xdist's own loadgroup reads xdist_group marks through a node id that pytest 9.2 no longer
 # lets a plugin rewrite, so the grouping is declared here, where the controller, which collects nothing,
 # can read it.) Workers take units in collection order, and the end-to-end modules come first.
-SHARED_WORKER = {
-    # The two real torch.distributed runs start 16 gloo ranks each (about 50 CPU-seconds of imports at
-    # once): the second starts after the NCCL run (3 minutes, nearly idle), once the first is in its steady
-    # state, so neither's steps stretch while the other starts (a TrainingJobSlowdown about the machine).
-    "tests/e2e/test_nccl.py": "nccl-then-training",
-    "tests/e2e/test_training_jobs.py": "nccl-then-training",
-}
+SHARED_WORKER: dict[str, str] = {}  # module path -> group name
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -154,23 +148,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_cost_class)
 
 
+# The real torch.distributed runs start first, together: TrainingJobSlowdown compares a job's steps with its
+# own 3 minutes earlier, so a job that starts amid the suite's busiest moment keeps a conservative baseline, and
+# a run started minutes later beside it (32 torch imports at once) would stretch its steps after the baseline.
+REAL_TRAINING = ("tests/e2e/test_straggler_sensitivity.py", "tests/e2e/test_training_jobs.py")
+
+
 def _cost_class(item: pytest.Item) -> int:
-    if item.get_closest_marker("e2e"):
+    if item.nodeid.split("::", 1)[0] in REAL_TRAINING:
         return 0
-    if item.get_closest_marker("slow"):
+    if item.get_closest_marker("e2e"):
         return 1
-    return 2
+    if item.get_closest_marker("slow"):
+        return 2
+    return 3
 
 
 # The end-to-end runs (minutes, mostly waiting on Prometheus evaluations and simulated time) set the suite's
 # length, and some of them time real training steps. In parallel workers, the short modules run at a lower
 # CPU priority: they take the cores the end-to-end runs leave idle and do not stretch a rank's step. A worker
 # only ever lowers its priority, and it reaches the short modules only after every longer unit was handed out.
-FILLER_NICENESS = 5
+FILLER_NICENESS = 10
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER") and _cost_class(item) == 2:
+    if os.environ.get("PYTEST_XDIST_WORKER") and _cost_class(item) == 3:
         current = os.nice(0)
         if current < FILLER_NICENESS:
             os.nice(FILLER_NICENESS - current)
