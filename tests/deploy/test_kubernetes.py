@@ -160,7 +160,7 @@ def test_resources_are_the_benchmarks_recommendation(rendered: dict[str, list[di
     recommended = yaml.safe_load(block.group(1))["resources"]
     resources = container(rendered["plain"])["resources"]
     assert resources == recommended
-    assert resources["requests"] == {"cpu": "50m", "memory": "96Mi"}
+    assert resources["requests"] == {"cpu": "25m", "memory": "96Mi"}
 
 
 def test_service_and_monitor_select_the_daemon(rendered: dict[str, list[dict[str, Any]]]) -> None:
