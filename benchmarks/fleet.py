@@ -2,7 +2,12 @@
 scrapes a synthetic fleet of p5 nodes.
 
     python3 benchmarks/fleet.py --nodes 512,1024,2048          # regenerates docs/benchmarks-fleet.md
-    python3 benchmarks/fleet.py --nodes 64 --warmup 2 --out /tmp/fleet.md  # a quick look
+    python3 benchmarks/fleet.py --nodes 64 --warmup 5.5 --cycles 2 --out /tmp/fleet/  # #27's check
+    # Where there is no simulator or package registry (the GPU lease machine): save one node's scrape here,
+    # carry it with a prometheus binary, and run with prometheus_client and PyYAML only (docs/benchmarks-fleet.md).
+    python3 benchmarks/fleet.py --write-template fleet-node.prom
+    python3 benchmarks/fleet.py --nodes 2048 --warmup 2.5 --cycles 1.5 --max-interval 1m \
+        --template fleet-node.prom --prometheus /tmp/prometheus --out "$OUT/fleet/"
 
 Each node is one real p5 scrape at the default detail level (the simulator's p5.48xlarge read by the real
 collectors through the real daemon, 8 ranks pushing steps), copied per node with its ranks' own
@@ -14,7 +19,8 @@ training does), a hot and clock-throttled GPU, a node whose EFA drops packets.
 One process serves every node as its own target (``/node/<n>/metrics``, values computed at scrape time);
 Prometheus scrapes them every ``--scrape-interval`` with ``job``, ``instance`` and ``cluster`` target labels
 as the shipped scrape configs give, so its head holds the real series, and evaluates every group of
-``alerts/fleetscope.rules.yml`` every minute (the 10m group too, to be measured). After ``--warmup``
+``alerts/fleetscope.rules.yml`` at its shipped interval, 1 minute where it ships none (``--max-interval 1m``
+evaluates the slower ones every minute too, for a short run that must time every group). After ``--warmup``
 minutes (the 5m windows full) it watches ``--cycles`` evaluations and reports per group the evaluation
 time (``prometheus_rule_group_last_duration_seconds``, the largest seen), the samples it wrote, missed
 iterations, Prometheus's peak memory, and the growth between sizes; then every query of the fleet and job
@@ -31,6 +37,7 @@ import contextlib
 import dataclasses
 import datetime
 import enum
+import functools
 import http.server
 import json
 import math
@@ -54,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.harness import REPO_ROOT, Service, find_binary, free_port, http_get
 from fleetscope.metrics.spec import DetailLevel
+from fleetscope.rules.settings import seconds
 
 JOBS = 64
 RANKS_PER_NODE = 8
@@ -322,13 +330,39 @@ def scrape_config(nodes: int, port: int, interval: int) -> dict[str, Any]:
 # -- Prometheus -----------------------------------------------------------------------------------------
 
 
-def rules_for_bench(source: Path, target: Path, interval: str = "1m") -> list[str]:
-    """The shipped rules with every group evaluated every ``interval``; returns the group names."""
+# The first line of a --write-template file.
+TAKEN_AT = "# fleetscope fleet template, taken at "
+
+# The global evaluation interval of the benchmark's Prometheus (its default): the groups that ship without one.
+EVALUATION_INTERVAL = "1m"
+
+
+def rules_for_bench(source: Path, target: Path, max_interval: str = "") -> dict[str, float]:
+    """The shipped rules, each group at its shipped interval (or the global one); returns group -> its shipped
+    interval in seconds.
+
+    Not one interval for all: the range reads of recorded series (a smoothed ratio, a 10m median) read as
+    many samples as the recording group wrote, so a group evaluated at another pace reads another amount.
+    ``max_interval`` evaluates the slower groups that often, for a short run that must time every group."""
     document = yaml.safe_load(source.read_text(encoding="utf-8"))
-    for group in document["groups"]:
-        group["interval"] = interval
+    shipped = {group["name"]: seconds(group.get("interval") or EVALUATION_INTERVAL) for group in document["groups"]}
+    if max_interval:
+        for group in document["groups"]:
+            if shipped[group["name"]] > seconds(max_interval):
+                group["interval"] = max_interval
     target.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return [group["name"] for group in document["groups"]]
+    return shipped
+
+
+def per_round(group: GroupResult) -> float:
+    """Samples a group reads per one-minute round: all of one evaluation, once a round (a group evaluated
+    every 30s counts once, as the rounds of #15 and #27 did); a group evaluated every k minutes, 1/k of it."""
+    return group.samples_read * min(1.0, 60.0 / group.interval_seconds)
+
+
+def per_minute(group: GroupResult) -> float:
+    """Samples a group reads per minute at its shipped interval (a 30s group twice)."""
+    return group.samples_read * 60.0 / group.interval_seconds
 
 
 def prometheus_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -376,6 +410,7 @@ class GroupResult:
     missed: float = 0.0
     samples_read: int = 0  # samples its rules' queries load (Prometheus's totalQueryableSamples), one evaluation
     rule_samples_read: dict[str, int] = field(default_factory=dict)  # the same per rule (alerts: severities summed)
+    interval_seconds: float = 60.0  # its shipped evaluation interval (the global one where it ships none)
     rule_seconds: dict[str, list[float]] = field(default_factory=dict)  # per rule: evaluation times seen
 
 
@@ -440,25 +475,39 @@ def _watch(port: int, result: SizeResult) -> None:
     result.appended.append((time.monotonic(), sum(v for _, v in appended)))
 
 
+def _look(port: int, result: SizeResult, log: Any) -> None:
+    """:func:`_watch`, where a look that times out (a loaded machine) is skipped, not the run."""
+    try:
+        _watch(port, result)
+    except (TimeoutError, OSError) as error:
+        log(f"  a look at Prometheus's metrics failed ({error}); the next one counts")
+
+
 def _instant(port: int, expr: str) -> float:
     status, body = http_get(port, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=60.0)
     result = json.loads(body)["data"]["result"] if status == 200 else []
     return float(result[0]["value"][1]) if result else 0.0
 
 
-def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path, warmup: float, cycles: int,
-                 scrape_interval: int, log: Any = print) -> SizeResult:
+def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path, warmup: float, cycles: float,
+                 scrape_interval: int, log: Any = None, prometheus: str | None = None,
+                 max_interval: str = "") -> SizeResult:
+    log = log or functools.partial(print, flush=True)
     began = time.monotonic()
-    prometheus = find_binary("prometheus", "/usr/bin/prometheus")
+    prometheus = prometheus or find_binary("prometheus", "/usr/bin/prometheus")
     if prometheus is None:
-        raise SystemExit("needs prometheus (Debian: apt-get install prometheus)")
+        raise SystemExit("needs prometheus (Debian: apt-get install prometheus, or --prometheus PATH)")
     size_dir = workdir / f"n{nodes}"
     shutil.rmtree(size_dir, ignore_errors=True)
     size_dir.mkdir(parents=True)
     result = SizeResult(nodes, 0)
-    group_names = rules_for_bench(Path(REPO_ROOT) / "alerts" / "fleetscope.rules.yml", size_dir / "rules.yml")
+    intervals = rules_for_bench(Path(REPO_ROOT) / "alerts" / "fleetscope.rules.yml", size_dir / "rules.yml",
+                                max_interval)
+    group_names = list(intervals)
+    for name, interval in intervals.items():
+        result.groups.setdefault(name, GroupResult()).interval_seconds = interval
     with FleetServer(fleet_series(nodes, node_template)) as server:
-        config = {"global": {"evaluation_interval": "1m"}, "rule_files": [str(size_dir / "rules.yml")],
+        config = {"global": {"evaluation_interval": EVALUATION_INTERVAL}, "rule_files": [str(size_dir / "rules.yml")],
                   "scrape_configs": [scrape_config(nodes, server.port, scrape_interval)]}
         (size_dir / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
         port = free_port()
@@ -473,15 +522,16 @@ def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path,
             log(f"  {nodes} nodes: warm after {warmup:g} min ({server.scrapes:,} scrapes served)")
             deadline = time.monotonic() + cycles * 60 + 5
             while time.monotonic() < deadline:
-                _watch(port, result)
+                _look(port, result, log)
                 time.sleep(15)
-            _watch(port, result)
+            _look(port, result, log)
             result.targets_up = int(_instant(port, 'sum(up{job="fleetscope"})'))
             (t0, n0), (t1, n1) = result.appended[0], result.appended[-1]
             result.samples_per_second = (n1 - n0) / (t1 - t0)
             log(f"  {result.series:,} series, {result.targets_up} of {nodes} targets up; groups: "
                 + ", ".join(f"{n} {result.groups.get(n, GroupResult()).seconds:.2f}s" for n in group_names))
             samples_read(port, size_dir / "rules.yml", result)
+            log(f"  samples read per node per round: {sum(per_round(g) for g in result.groups.values()) / nodes:,.0f}")
             result.queries = dashboard_queries(port, log)
             result.peak_rss_bytes = peak_rss_bytes(service.pid)
         finally:
@@ -563,7 +613,7 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
     add(f"A synthetic fleet of p5 nodes at the default detail level ({JOBS} jobs, {RANKS_PER_NODE} ranks per node, "
         f"two jobs with a slow rank, one hot GPU, one node dropping EFA packets), each node a target scraped every "
         f"{scrape_interval} s by a real Prometheus, which evaluates every group of `alerts/fleetscope.rules.yml` "
-        f"every minute; measured after {warmup:g} minutes of scrapes.")
+        f"at its shipped interval (1 minute where it ships none); measured after {warmup:g} minutes of scrapes.")
     add("")
     add(f"| | {sizes} | growth |")
     add("|---|" + "---:|" * len(results) + "---:|")
@@ -579,6 +629,16 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
     row("Prometheus peak RSS (MiB)", lambda r: r.peak_rss_bytes / 2**20, ",.0f")
     row("Prometheus heap in use, largest (MiB)", lambda r: r.heap_inuse_bytes / 2**20, ",.0f")
     row("all groups, one evaluation, median (s)", lambda r: sum(median(g) for g in r.groups.values()), ".2f")
+    row("**samples read per node per round**", lambda r: sum(per_round(g) for g in r.groups.values()) / r.nodes,
+        ",.0f")
+    row("samples read per node per minute at the shipped intervals",
+        lambda r: sum(per_minute(g) for g in r.groups.values()) / r.nodes, ",.0f")
+    add("")
+    add("A round is one minute, the benchmark's evaluation interval: every group's evaluation once (a group "
+        "evaluated every 30 s counts once, as in #15 and #27), a group evaluated every k minutes 1/k of one. "
+        "Samples read are each rule's expression run as a query with Prometheus's statistics "
+        "(`totalQueryableSamples`); windows longer than the run (the 10m, 1h, 24h and 7d ones) hold only the "
+        "minutes of the run.")
     add("")
     add("## Rule groups")
     add("")
@@ -593,25 +653,39 @@ def render(results: list[SizeResult], date: str, machine: str, wall_seconds: flo
         "seconds. Where the groups' times add up to more than the minute they share (missed: "
         "`prometheus_rule_group_iterations_missed_total` per size), the machine was saturated.")
     add("")
-    add("| group | rules | " + " | ".join(f"s at {r.nodes:,} (median, max)" for r in results) + " | "
+    add("| group | rules | interval | " + " | ".join(f"s at {r.nodes:,} (median, max)" for r in results) + " | "
         + " | ".join(f"samples read at {r.nodes:,}" for r in results) + " | "
         + " | ".join(f"series written at {r.nodes:,}" for r in results)
+        + " | " + " | ".join(f"read per node per round at {r.nodes:,}" for r in results)
         + " | time growth | read growth | failures | missed |")
-    add("|---|---:|" + "---:|" * (3 * len(results)) + "---:|---:|---:|---:|")
+    add("|---|---:|---:|" + "---:|" * (4 * len(results)) + "---:|---:|---:|---:|")
     names = list(results[-1].groups)
     for name in names:
         groups = [r.groups.get(name, GroupResult()) for r in results]
         times = " | ".join(f"{median(g):.3f}, {g.seconds:.3f}" for g in groups)
         read = " | ".join(f"{g.samples_read:,}" for g in groups)
         samples = " | ".join(f"{g.samples:,.0f}" for g in groups)
+        node_reads = " | ".join(f"{per_round(g) / r.nodes:,.1f}" for g, r in zip(groups, results, strict=True))
+        interval = f"{groups[-1].interval_seconds:g} s"
         growth = _growth(results, lambda r, n=name: median(r.groups.get(n, GroupResult())))
         read_growth = _growth(results, lambda r, n=name: r.groups.get(n, GroupResult()).samples_read)
         failures = sum(g.failures for g in groups)
         missed = " / ".join(f"{g.missed:.0f}" for g in groups)
-        add(f"| `{name}` | {groups[-1].rules} | {times} | {read} | {samples} | {growth} | {read_growth} | "
-            f"{failures:.0f} | {missed} |")
+        add(f"| `{name}` | {groups[-1].rules} | {interval} | {times} | {read} | {samples} | {node_reads} | {growth} | "
+            f"{read_growth} | {failures:.0f} | {missed} |")
     add("")
     last = results[-1]
+    reads = [(per_round(GroupResult(samples_read=n, interval_seconds=g.interval_seconds)) / last.nodes, group, rule)
+             for group, g in last.groups.items() for rule, n in g.rule_samples_read.items()]
+    if reads:
+        add(f"Where the reads go at {last.nodes:,} nodes: the rules that read the most samples per node per round "
+            "(an alert with two severities is one line).")
+        add("")
+        add("| rule | group | samples per node per round |")
+        add("|---|---|---:|")
+        for per_node, group, rule in sorted(reads, reverse=True)[:15]:
+            add(f"| `{rule}` | `{group}` | {per_node:,.1f} |")
+        add("")
     rules = [(sorted(seen)[len(seen) // 2], max(seen), group, rule) for group, g in last.groups.items()
              for rule, seen in g.rule_seconds.items() if seen]
     if rules:
@@ -660,41 +734,81 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB memory, shared (load average {load} at the end)"
 
 
+def load_template(path: Path) -> list[TemplateSeries]:
+    """A node saved by ``--write-template``: its clocks are ages from when it was taken, not from now."""
+    saved = path.read_text(encoding="utf-8")
+    if not saved.startswith(TAKEN_AT):
+        raise SystemExit(f"{path} is not a --write-template file")
+    first, _, rest = saved.partition("\n")
+    return template(rest, taken=float(first[len(TAKEN_AT):]))
+
+
+def outputs(out: str, json_path: str) -> tuple[Path, Path | None]:
+    """Where the report (and the raw results) go: ``--out`` a file, or a directory (existing, or named with a
+    trailing slash) that gets ``benchmarks-fleet.md`` and ``fleet.json``."""
+    if out.endswith("/") or Path(out).is_dir():
+        directory = Path(out)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory / "benchmarks-fleet.md", Path(json_path) if json_path else directory / "fleet.json"
+    return Path(out), Path(json_path) if json_path else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/fleet.py", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", default="512,1024,2048", help="Fleet sizes, comma-separated.")
     parser.add_argument("--warmup", type=float, default=6.0, help="Minutes of scrapes before measuring (default 6: "
                         "the 5m windows full).")
     parser.add_argument("--scrape-interval", type=int, default=30, help="Seconds between scrapes of a node.")
-    parser.add_argument("--cycles", type=int, default=4, help="Rule evaluations to watch per size.")
-    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "docs", "benchmarks-fleet.md"))
+    parser.add_argument("--cycles", type=float, default=4, help="Minutes of rule evaluations to watch per size.")
+    parser.add_argument("--max-interval", default="", help="Evaluate groups shipped slower than this (2m, 3m, 10m) "
+                        "this often, so a short run times each with its windows full (samples read per round still "
+                        "count them at their shipped interval).")
+    parser.add_argument("--template", default="", help="One p5 node's scrape saved by --write-template (no "
+                        "simulator needed where the benchmark runs).")
+    parser.add_argument("--write-template", default="", help="Save one simulated p5 node's scrape here and exit.")
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "docs", "benchmarks-fleet.md"),
+                        help="The report's file, or a directory for the report and the raw results (fleet.json).")
     parser.add_argument("--json", default="", help="Also write the raw results here.")
+    parser.add_argument("--prometheus", default="", help="The prometheus binary (default: /usr/bin/prometheus, PATH).")
     parser.add_argument("--date", default="", help="With --from-json: when that run was made.")
     parser.add_argument("--from-json", default="", help="Render the report from a --json file of an earlier run.")
     parser.add_argument("--workdir", default="", help="Where Prometheus's data go (default: a temporary directory).")
     args = parser.parse_args(argv)
     began = time.monotonic()
+    report, raw = outputs(args.out, args.json)
     if args.from_json:
         loaded = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         done = [load_result(item) for item in loaded]
         wall = sum(r.wall_seconds for r in done)
         where = machine().split(", shared")[0] + ", shared with other work"
         text = render(done, args.date or "an earlier run", where, wall, args.warmup, args.scrape_interval)
-        Path(args.out).write_text(text, encoding="utf-8")
+        report.write_text(text, encoding="utf-8")
         return 0
+    if args.write_template:
+        with tempfile.TemporaryDirectory() as scratch:
+            text = scrape_p5_node(Path(scratch), "default")
+        # When it was taken: the clocks in it (last push, phase start) are read as ages from then.
+        Path(args.write_template).write_text(f"{TAKEN_AT}{time.time():.3f}\n{text}", encoding="utf-8")
+        return 0
+    prometheus = args.prometheus or find_binary("prometheus", "/usr/bin/prometheus")
+    if not prometheus or not os.access(prometheus, os.X_OK):
+        raise SystemExit(f"needs an executable prometheus (--prometheus PATH), not {prometheus!r}")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fleetscope-fleet-"))
-    with tempfile.TemporaryDirectory() as scratch:
-        node_template = template(scrape_p5_node(Path(scratch), "default"))
-    print(f"template: {len(node_template)} series per node")
+    if args.template:
+        node_template = load_template(Path(args.template))
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            node_template = template(scrape_p5_node(Path(scratch), "default"))
+    print(f"template: {len(node_template)} series per node", flush=True)
     results = []
     for nodes in (int(n) for n in args.nodes.split(",")):
-        results.append(measure_size(nodes, node_template, workdir, args.warmup, args.cycles, args.scrape_interval))
-        if args.json:
-            Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1),
-                                       encoding="utf-8")
+        results.append(measure_size(nodes, node_template, workdir, args.warmup, args.cycles, args.scrape_interval,
+                                    prometheus=prometheus, max_interval=args.max_interval))
+        if raw is not None:
+            raw.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1), encoding="utf-8")
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = render(results, date, machine(), time.monotonic() - began, args.warmup, args.scrape_interval)
-    Path(args.out).write_text(text, encoding="utf-8")
+    report.write_text(text, encoding="utf-8")
     print(text)
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)

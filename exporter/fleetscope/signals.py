@@ -33,6 +33,8 @@ RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stag
 RANK_COMPUTE_RATIO_SMOOTHED = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median_smoothed"
 # A job's robust spread of the smoothed ratios: 1.4826 x their median absolute deviation from 1.
 JOB_COMPUTE_RATIO_SPREAD = "training_job:fleetscope_training_compute_seconds_median:ratio_robust_sd"
+# Ranks of a job with a smoothed ratio: the N of the threshold's expected largest of N healthy ranks.
+JOB_RANKS_COMPARED = "training_job:fleetscope_training_compute_seconds_median:count"
 # The smoothed ratio above which a rank of the job is a straggler.
 JOB_STRAGGLER_THRESHOLD = "training_job:fleetscope_training_compute_seconds_median:straggler_threshold"
 # Flagged ranks only: the smoothed ratio of every rank above its job's threshold.
@@ -78,9 +80,10 @@ RANK_GPU_BUSY = "rank:fleetscope_gpu_busy_ratio:avg_over_time"
 
 # -- training: placement -----------------------------------------------------------------------------
 
-# The rank -> GPU map, recorded once (rules/training.py): value 1 per rank with its `gpu` label from
-# rank_info, held over a missed scrape. A rank without rank_info is mapped without `gpu`. Every rule that
-# names a rank's GPU joins it with one line: `* on (instance, training_job, rank) group_left (gpu)` (on_gpu).
+# The rank -> GPU map, recorded once (first rule of fleetscope-training.rules): value 1 per rank with its
+# `gpu` label from rank_info, held over a missed scrape. A rank without rank_info is mapped without `gpu`.
+# Every rule that names a rank's GPU joins it with one line: `* on (instance, training_job, rank) group_left
+# (gpu)` (on_gpu).
 RANK_GPU = "rank:fleetscope_training_rank_info:gpu"
 
 
@@ -118,6 +121,8 @@ RANK_HANG_SUSPECTS = "rank:fleetscope_training_phase_start_timestamp_seconds:han
 # instead of every rank's: ranks that said goodbye (value 1), ranks whose process is gone (value 0), ranks
 # whose reports stopped (value: their last report), and per job its newest report.
 RANK_ENDED = "rank:fleetscope_training_phase:ended"
+# Every rank's current phase, one series a rank (label `phase`, value 1): the phase series read once a round.
+RANK_PHASE = "rank:fleetscope_training_phase:current"
 RANK_GONE = "rank:fleetscope_training_process_up:gone"
 RANK_SILENT = "rank:fleetscope_training_last_push_timestamp_seconds:silent"
 JOB_LAST_PUSH = "training_job:fleetscope_training_last_push_timestamp_seconds:max"
@@ -148,6 +153,8 @@ JOB_LAST_STEP = "training_job:fleetscope_training_last_step_timestamp_seconds:ma
 # A job's median step time, its median over the sustain window, and the lowest of that in the best window.
 JOB_STEP_SUSTAINED = "training_job:fleetscope_training_step_seconds_median:median_sustained"
 JOB_STEP_BEST = "training_job:fleetscope_training_step_seconds_median:best_sustained"
+# Stalled jobs only: no step for goodput_stall_multiple x the best sustained step time (value: the job's ranks).
+JOB_STALLED = "training_job:fleetscope_training_last_step_timestamp_seconds:stalled"
 # Best sustained step time over the current one (1 = at its best pace; 0 while stalled).
 JOB_GOODPUT = "training_job:fleetscope_training_goodput:ratio"
 # GPU-seconds lost per second against the best sustained step time: ranks x (1 - goodput).
@@ -178,13 +185,14 @@ NODE_STRAGGLER_WINDOWS = "instance:fleetscope_training_straggler:windows"
 # Clock-event reasons that mean the GPU slowed itself down: not idle, not application clocks, not the power
 # cap every busy GPU hits (a GPU capped harder than its peers shows as a low clock instead).
 SLOWDOWN_REASONS = "hw_slowdown|hw_thermal|sw_thermal|hw_power_brake"
-# The reasons a rule or panel reads the share of: the slowdowns, and the power cap beside them on the node
-# dashboard. Only these are recorded (the others, idle and application clocks among them, were half the
-# rules' recorded series per node and nothing read them).
+# The reasons the node dashboard shows the share of: the slowdowns (recorded) and the power cap beside them
+# (read from its counter by the panel, for one node: every busy GPU hits it, so recording it for the fleet
+# read 8 series per node a round that only that panel needed).
 THROTTLE_SHARE_REASONS = f"{SLOWDOWN_REASONS}|sw_power_cap"
-# Share of time a GPU's clocks were held down, per reason (THROTTLE_SHARE_REASONS only), where above 0.
+# Share of time a GPU's clocks were held down, per slowdown reason (SLOWDOWN_REASONS), where above 0.
 GPU_THROTTLE_SHARE = "instance_gpu_reason:fleetscope_gpu_throttle_seconds:rate"
-# A GPU's SM clock over the median SM clock of its node.
+# A GPU's SM clock over the median SM clock of its node, for the GPUs below 0.9 of it only (the higher of the
+# straggler cause's 0.9 and the alert's 0.85: every reader's GPUs are in it).
 GPU_CLOCK_RATIO = "instance_gpu:fleetscope_gpu_clock_hertz:ratio_node_median"
 # Mean GPU utilization of a node.
 NODE_GPU_UTILIZATION = "instance:fleetscope_gpu_utilization_ratio:avg"
@@ -195,6 +203,9 @@ GPU_BUSY = "instance_gpu:fleetscope_gpu_busy_ratio:avg_over_time"
 
 EFA_RATE_COUNTERS = ("retransmit_packets", "rx_bytes", "tx_bytes", "rx_drops")
 TCP_RETRANSMIT_RATIO = "instance:fleetscope_tcp_retransmitted_segments_per_out_segments:ratio_rate"
+# Packets per second an ENA interface had shaped by an EC2 allowance (label `allowance`: bw_in, bw_out, pps,
+# conntrack, linklocal), where above 0: read once for the alert and the straggler cause.
+ENA_ALLOWANCE_SHAPED = "instance_device:fleetscope_ena_allowance_exceeded:rate"
 
 
 def efa_rate(counter: str) -> str:
@@ -209,6 +220,15 @@ def interface_ratio(what: str) -> str:
     if what not in ("errors", "dropped"):
         raise KeyError(what)
     return f"instance_device:fleetscope_net_{what}_per_packets:ratio_rate"
+
+
+# -- fleetscope itself (rules/selfmon.py) ----------------------------------------------------------------
+
+# The circuit breaker of `fleetscope check` (fleetscope.verdicts): per cluster, how many nodes may carry one
+# finding (the share of the nodes scraped within the breaker window, rounded up, one at least), and per finding
+# (label `finding`) how many did within that window.
+CLUSTER_BREAKER_ALLOWED = "cluster:fleetscope_breaker_nodes:allowed"
+CLUSTER_BREAKER_CARRYING = "cluster:fleetscope_breaker_nodes:carrying"
 
 
 # -- NCCL Inspector (rules/nccl.py) --------------------------------------------------------------------

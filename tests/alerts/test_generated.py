@@ -41,7 +41,7 @@ def test_e2e_preset_is_time_compressed() -> None:
     windows = {w for rule in rules for w in re.findall(r"\[(\d+[smhd])\]", rule["expr"])}
     offsets = {w for rule in rules for w in re.findall(r"offset (\d+[smhd])", rule["expr"])}
     assert windows and max(seconds(w) for w in windows) <= 120
-    assert offsets and max(seconds(w) for w in offsets) <= 180
+    assert offsets and max(seconds(w) for w in offsets) <= 240  # the ECC hour before the last one, compressed
 
 
 def test_e2e_preset_keeps_the_production_thresholds() -> None:
@@ -69,7 +69,8 @@ def test_selector_reaches_every_raw_series(fmt: str) -> None:
 
 
 def test_thresholds_and_windows_come_from_settings() -> None:
-    settings = dataclasses.replace(PRODUCTION, straggler_min_excess=0.05, rate_window="2m", input_for="7m")
+    settings = dataclasses.replace(PRODUCTION, straggler_min_excess=0.05, rate_window="4m", share_window="3m",
+                                   input_for="7m")
     rules = {
         (rule.get("alert") or rule.get("record"), rule.get("labels", {}).get("severity")): rule
         for rule in iter_rules(yaml.safe_load(render(settings))["groups"])
@@ -77,8 +78,9 @@ def test_thresholds_and_windows_come_from_settings() -> None:
     threshold = rules[("training_job:fleetscope_training_compute_seconds_median:straggler_threshold", None)]["expr"]
     assert "0.05\n" in threshold and "0.03" not in threshold
     assert rules[("TrainingInputBound", "warning")]["for"] == "7m"
-    assert "[2m]" in rules[("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate", None)]["expr"]
-    assert "[2m]" in rules[("GpuPcieReplaysHigh", "warning")]["expr"]
+    assert "[3m]" in rules[("rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate", None)]["expr"]
+    assert "[3m]" in rules[("GpuPcieReplaysHigh", "warning")]["expr"]
+    assert "[4m]" in rules[("EfaRxDrops", "warning")]["expr"]
 
 
 def test_runbook_base_url_is_configurable() -> None:

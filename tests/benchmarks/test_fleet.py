@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.fleet import (
     JOBS,
     SLOW_JOBS,
+    TAKEN_AT,
     FleetServer,
     GroupResult,
     Kind,
@@ -20,6 +21,11 @@ from benchmarks.fleet import (
     SizeResult,
     TemplateSeries,
     fleet_series,
+    load_template,
+    main,
+    outputs,
+    per_minute,
+    per_round,
     render,
     render_node,
     rules_for_bench,
@@ -134,11 +140,16 @@ def test_each_node_is_a_target_whose_counters_grow() -> None:
     assert config["static_configs"][2]["labels"]["__metrics_path__"] == "/node/2/metrics"
 
 
-def test_every_shipped_group_is_evaluated_every_minute(tmp_path: Path) -> None:
-    names = rules_for_bench(Path(ROOT) / "alerts" / "fleetscope.rules.yml", tmp_path / "rules.yml")
+def test_every_shipped_group_is_evaluated_at_its_shipped_interval(tmp_path: Path) -> None:
+    intervals = rules_for_bench(Path(ROOT) / "alerts" / "fleetscope.rules.yml", tmp_path / "rules.yml")
     groups = yaml.safe_load((tmp_path / "rules.yml").read_text(encoding="utf-8"))["groups"]
-    assert [g["name"] for g in groups] == names and len(names) > 10
-    assert {g["interval"] for g in groups} == {"1m"}
+    assert [g["name"] for g in groups] == list(intervals) and len(intervals) > 10
+    # Each at its shipped interval, the global one (1m) where it ships none: range reads of records see as many
+    # samples as production writes.
+    assert intervals["fleetscope-training.rules"] == 30 and intervals["fleetscope-gpu"] == 60
+    assert intervals["fleetscope-repeat-offenders"] == 600
+    shipped = yaml.safe_load((Path(ROOT) / "alerts" / "fleetscope.rules.yml").read_text(encoding="utf-8"))["groups"]
+    assert groups == shipped
 
 
 def test_the_report_shows_work_read_and_the_slowest_rules() -> None:
@@ -155,3 +166,33 @@ def test_the_report_shows_work_read_and_the_slowest_rules() -> None:
     assert "| 1,000 | 4,000 |" in row and "4.0× (4× nodes)" in row  # samples read and their growth
     slowest = [line for line in text.splitlines() if line.startswith("| `TrainingJobHang`")]
     assert slowest == ["| `TrainingJobHang` | `fleetscope-progress` | 0.280 | 0.280 |"]
+
+
+def test_a_short_run_evaluates_the_slow_groups_often_but_counts_them_at_their_shipped_interval(tmp_path: Path) -> None:
+    shipped = rules_for_bench(Path(ROOT) / "alerts" / "fleetscope.rules.yml", tmp_path / "rules.yml", "1m")
+    groups = {g["name"]: g for g in yaml.safe_load((tmp_path / "rules.yml").read_text(encoding="utf-8"))["groups"]}
+    assert groups["fleetscope-repeat-offenders"]["interval"] == "1m" and shipped["fleetscope-repeat-offenders"] == 600
+    assert groups["fleetscope-training.rules"]["interval"] == "30s"  # faster ones stay as shipped
+    slow = GroupResult(samples_read=6000, interval_seconds=600)
+    fast = GroupResult(samples_read=100, interval_seconds=30)
+    assert per_round(slow) == 600 and per_round(fast) == 100 and per_minute(fast) == 200
+
+
+def test_report_and_results_go_to_a_file_or_a_directory(tmp_path: Path) -> None:
+    assert outputs(str(tmp_path / "r.md"), "") == (tmp_path / "r.md", None)
+    report, raw = outputs(f"{tmp_path}/out/", "")
+    assert (report, raw) == (tmp_path / "out" / "benchmarks-fleet.md", tmp_path / "out" / "fleet.json")
+    assert (tmp_path / "out").is_dir()
+
+
+def test_a_saved_template_keeps_the_clocks_ages(tmp_path: Path) -> None:
+    """A template saved hours before the run reads its last-push times as ages from when it was taken."""
+    saved = tmp_path / "node.prom"
+    saved.write_text(f"{TAKEN_AT}1002.0\n{NODE}", encoding="utf-8")
+    clocks = [s for s in load_template(saved) if s.kind is Kind.CLOCK]
+    assert clocks and all(s.value == 2.0 for s in clocks)
+    (tmp_path / "plain.prom").write_text(NODE, encoding="utf-8")
+    with pytest.raises(SystemExit, match="not a --write-template file"):
+        load_template(tmp_path / "plain.prom")
+    with pytest.raises(SystemExit, match="executable prometheus"):
+        main(["--template", str(saved), "--prometheus", str(tmp_path / "none"), "--out", f"{tmp_path}/o/"])

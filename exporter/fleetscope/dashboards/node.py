@@ -74,8 +74,11 @@ def build() -> Any:
         timeseries_panel("SM clock", "hertz", ok(),
                          Q(f'fleetscope_gpu_clock_hertz{{clock="sm", {G}}}', "GPU {{gpu}}")),
         timeseries_panel("Clock slowdown by reason", "percentunit", rising(0.05, 0.2),
-                         # The share is recorded only above 0: the GPU's own reasons fill in the zeros.
+                         # The slowdowns' share is recorded only above 0, the power cap's not at all: its
+                         # counter gives it, and the GPU's own reasons fill in the zeros.
                          Q(f'sum by (gpu, reason) ({GPU_THROTTLE_SHARE}{{{THROTTLED}}})\nor\n'
+                           f'sum by (gpu, reason) (rate(fleetscope_gpu_throttle_seconds_total'
+                           f'{{reason="sw_power_cap", {G}}}{RATE}))\nor\n'
                            f"sum by (gpu, reason) (fleetscope_gpu_throttle_seconds_total{{{THROTTLED}}}) * 0\nor\n"
                            f"sum by (gpu, reason) (fleetscope_gpu_throttle_active{{{THROTTLED}}}) * 0",
                            "GPU {{gpu}} {{reason}}"),

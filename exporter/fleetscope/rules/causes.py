@@ -9,16 +9,18 @@ and "unknown" is said out loud rather than guessed.
 
 from __future__ import annotations
 
-from fleetscope.metrics import efa, ena, gpu, training
-from fleetscope.rules.model import Group, Record, held, new_or_increased, num, sel
+from fleetscope.metrics import efa, gpu
+from fleetscope.rules.model import Group, Record, new_or_increased, num, sel
 from fleetscope.rules.settings import Settings
 from fleetscope.signals import (
+    ENA_ALLOWANCE_SHAPED,
     GPU_BUSY,
     GPU_CLOCK_RATIO,
     GPU_THROTTLE_SHARE,
     JOB_KEY,
     JOB_STRAGGLER_CAUSES,
     NODE_SLOWDOWN_CAUSES,
+    RANK_GPU,
     RANK_GPU_BUSY,
     RANK_KEY,
     SLOWDOWN_REASONS,
@@ -35,17 +37,6 @@ EFA_ERROR_EVENTS = (
     efa.UNRESPONSIVE_REMOTE_EVENTS_TOTAL,
     efa.IMPAIRED_REMOTE_CONNECTION_EVENTS_TOTAL,
 )
-ENA_ALLOWANCES = (
-    ena.BW_IN_ALLOWANCE_EXCEEDED_TOTAL,
-    ena.BW_OUT_ALLOWANCE_EXCEEDED_TOTAL,
-    ena.PPS_ALLOWANCE_EXCEEDED_TOTAL,
-    ena.CONNTRACK_ALLOWANCE_EXCEEDED_TOTAL,
-    ena.LINKLOCAL_ALLOWANCE_EXCEEDED_TOTAL,
-)
-
-
-def tagged(expr: str, label: str, value: str) -> str:
-    return f'label_replace(\n  {indent(expr)},\n  "{label}", "{value}", "", ""\n)'
 
 
 def present(expr: str) -> str:
@@ -53,63 +44,62 @@ def present(expr: str) -> str:
     return f"(\n  {indent(expr)}\n) * 0 + 1"
 
 
-def evidence(s: Settings) -> str:
-    """Per GPU (gpu_xid, gpu_throttled) and per node (network) evidence, value 1."""
+def evidence(s: Settings) -> dict[str, str]:
+    """Per cause: per GPU (gpu_xid, gpu_throttled) and per node (network) evidence, value 1."""
     xid = sel(s, gpu.XID_ERRORS_TOTAL)
     cw = s.cause_xid_window
-    xid_recent = f"max by (instance, gpu) (\n  {indent(new_or_increased(s, xid, cw))}\n)"
+    xid_recent = f"max by (cluster, instance, gpu) (\n  {indent(new_or_increased(s, xid, cw))}\n)"
     throttled = (
-        f"max by (instance, gpu) ({GPU_THROTTLE_SHARE}{{reason=~\"{SLOWDOWN_REASONS}\"}})"
+        f"max by (cluster, instance, gpu) ({GPU_THROTTLE_SHARE}{{reason=~\"{SLOWDOWN_REASONS}\"}})"
         f" > {num(s.cause_throttle_share)}\n"
         f"or\n"
-        f"max by (instance, gpu) ({GPU_CLOCK_RATIO}) < {num(s.cause_clock_ratio)}\n"
+        f"max by (cluster, instance, gpu) ({GPU_CLOCK_RATIO}) < {num(s.cause_clock_ratio)}\n"
         f"  and on (instance, gpu)\n"
-        f"max by (instance, gpu) ({GPU_BUSY}) > {num(s.clock_busy_ratio)}"
+        f"max by (cluster, instance, gpu) ({GPU_BUSY}) > {num(s.clock_busy_ratio)}"
     )
-    w = s.rate_window
+    w = s.share_window
     network_signals = [
         f"{efa_rate('retransmit_packets')} > {num(s.efa_retransmit_cause_per_second)}",
         f"{efa_rate('rx_drops')} > {num(s.efa_rx_drops_per_second)}",
         *(f"increase({sel(s, counter)}[{w}]) > 0" for counter in EFA_ERROR_EVENTS),
-        *(f"rate({sel(s, counter)}[{w}]) > {num(s.ena_allowance_per_second)}" for counter in ENA_ALLOWANCES),
+        f"{ENA_ALLOWANCE_SHAPED} > {num(s.ena_allowance_per_second)}",
     ]
-    network = "max by (instance) (\n  " + "\n  or\n  ".join(network_signals) + "\n)"
-    return "\nor\n".join(
-        tagged(present(expr), "cause", cause)
-        for cause, expr in (("gpu_xid", xid_recent), ("gpu_throttled", throttled), ("network", network))
-    )
+    network = "max by (cluster, instance) (\n  " + "\n  or\n  ".join(network_signals) + "\n)"
+    return {cause: present(expr) for cause, expr in
+            (("gpu_xid", xid_recent), ("gpu_throttled", throttled), ("network", network))}
 
 
-def verdict(s: Settings) -> str:
-    """Every flagged rank once, with the first cause of :data:`STRAGGLER_CAUSES` that fits."""
+def verdict(s: Settings) -> dict[str, str]:
+    """Per cause of :data:`STRAGGLER_CAUSES`: the flagged ranks it fits and no cause before it does. Each is one
+    rule of the group, in that order: a rule reads the verdicts the rules before it wrote at this evaluation."""
     host = (
         f"{RANK_GPU_BUSY}\n"
         f"  < on ({JOB_KEY}) group_left\n"
         f"{num(s.cause_gpu_busy_ratio)} * quantile by ({JOB_KEY}) (0.5, {RANK_GPU_BUSY})"
     )
     conditions = {
-        "gpu_xid": f"{STRAGGLERS}\n  and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_xid\"}}",
-        "gpu_throttled": f"{STRAGGLERS}\n  and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_throttled\"}}",
-        "input_wait": f"{STRAGGLERS}\n  and on ({RANK_KEY})\n{rank_share('data')} > {num(s.input_warning_share)}",
-        "network": f"{STRAGGLERS}\n  and on (instance)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"network\"}}",
-        "host_cpu": f"{STRAGGLERS}\n  and on ({RANK_KEY})\n(\n  {indent(host)}\n)",
-        "unknown": STRAGGLERS,
+        "gpu_xid": f"and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_xid\"}}",
+        "gpu_throttled": f"and on (instance, gpu)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"gpu_throttled\"}}",
+        "input_wait": f"and on ({RANK_KEY})\n{rank_share('data')} > {num(s.input_warning_share)}",
+        "network": f"and on (instance)\n{NODE_SLOWDOWN_CAUSES}{{cause=\"network\"}}",
+        "host_cpu": f"and on ({RANK_KEY})\n(\n  {indent(host)}\n)",
+        "unknown": "",
     }
     assert list(conditions) == list(STRAGGLER_CAUSES), "the verdict tests the causes in the vocabulary's order"
-    return f"\nor on ({RANK_KEY})\n".join(tagged(expr, "cause", cause) for cause, expr in conditions.items())
+    out: dict[str, str] = {}
+    for cause, condition in conditions.items():
+        expr = f"{STRAGGLERS}\n  {condition}" if condition else STRAGGLERS
+        if out:
+            expr += f"\n  unless on ({RANK_KEY})\n{STRAGGLER_CAUSE}{{cause=~\"{'|'.join(out)}\"}}"
+        out[cause] = expr
+    return out
 
 
 def recording_rules(s: Settings) -> Group:
-    rank_busy = (
-        f"max by (cluster, instance, training_job, rank, pp_stage, gpu) (\n"
-        f"  {held(s, training.RANK_INFO)}\n"
-        f"    * on (instance, gpu) group_left ()\n"
-        f"  {GPU_BUSY}\n"
-        f")"
-    )
+    rank_busy = f"{RANK_GPU}\n  * on (instance, gpu) group_left ()\n{GPU_BUSY}"
     return Group("fleetscope-causes.rules", (
-        Record(NODE_SLOWDOWN_CAUSES, evidence(s)),
+        *(Record(NODE_SLOWDOWN_CAUSES, expr, {"cause": cause}) for cause, expr in evidence(s).items()),
         Record(RANK_GPU_BUSY, rank_busy),
-        Record(STRAGGLER_CAUSE, verdict(s)),
+        *(Record(STRAGGLER_CAUSE, expr, {"cause": cause}) for cause, expr in verdict(s).items()),
         Record(JOB_STRAGGLER_CAUSES, f"count by ({JOB_KEY}, cause) ({STRAGGLER_CAUSE})"),
     ), interval=s.training_evaluation_interval)

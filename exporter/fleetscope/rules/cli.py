@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--format", choices=["rules", "prometheusrule"], default="rules",
                         help="Plain Prometheus rule file or Kubernetes PrometheusRule.")
     parser.add_argument("--selector", default=None,
-                        help='Label matchers selecting fleetscope targets (default: job="fleetscope").')
+                        help='Label matchers selecting fleetscope targets (default: job="fleetscope"). With a '
+                             'cluster matcher (job="fleetscope",cluster="east") the file is one shard: every '
+                             "record it reads carries the matcher too, so shards can share a workspace.")
     parser.add_argument("--keep-firing-for", metavar="DURATION", default=None,
                         help='keep_firing_for of every alert (default 2m); "" leaves the field out, for '
                              "rulers older than Prometheus 2.42.")

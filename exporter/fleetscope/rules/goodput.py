@@ -25,6 +25,7 @@ from fleetscope.signals import (
     JOB_LOST_GPU_SECONDS,
     JOB_LOST_VS_BEST,
     JOB_RANKS,
+    JOB_STALLED,
     JOB_STEP,
     JOB_STEP_BEST,
     JOB_STEP_SUSTAINED,
@@ -47,7 +48,8 @@ def stalled(s: Settings) -> str:
     )
 
 
-def lost(s: Settings) -> str:
+def lost(s: Settings) -> dict[str, str]:
+    """Per cause of :data:`GOODPUT_CAUSES`, the GPU-seconds a job loses per second."""
     # `>= 0` drops the NaN of a rank without steps in the window (0/0).
     waiting = (
         f"sum by ({JOB_KEY}) (\n"
@@ -58,36 +60,35 @@ def lost(s: Settings) -> str:
     )
     own_input = f"sum by ({JOB_KEY}) ({rank_share('data')} >= 0)"
     silent = signals.silent_ranks(num(s.silent_after_seconds))
-    halted = stalled(s)
     pieces = {
-        "straggler_wait": f"{waiting}\n  unless on ({JOB_KEY})\n({indent(halted)})",
-        "input_wait": f"{own_input}\n  unless on ({JOB_KEY})\n({indent(halted)})",
-        "hang": halted,
+        "straggler_wait": f"{waiting}\n  unless on ({JOB_KEY})\n{JOB_STALLED}",
+        "input_wait": f"{own_input}\n  unless on ({JOB_KEY})\n{JOB_STALLED}",
+        "hang": JOB_STALLED,
         "silent_ranks": f"count by ({JOB_KEY}) (\n  {indent(silent)}\n)",
     }
     assert list(pieces) == list(GOODPUT_CAUSES)
-    return "\nor\n".join(
-        f'label_replace(\n  {indent(expr)},\n  "cause", "{cause}", "", ""\n)' for cause, expr in pieces.items()
-    )
+    return pieces
 
 
 def recording_rules(s: Settings) -> Group:
     last_step = sel(s, training.LAST_STEP_TIMESTAMP_SECONDS)
-    halted = stalled(s)
     goodput = (
         f"clamp_max({JOB_STEP_BEST} / on ({JOB_KEY}) {JOB_STEP}, 1)\n"
         f"  unless on ({JOB_KEY})\n"
-        f"({indent(halted)})\n"
+        f"{JOB_STALLED}\n"
         f"or\n"
-        f"({indent(halted)}) * 0"
+        f"{JOB_STALLED} * 0"
     )
-    return Group("fleetscope-goodput.rules", (
+    rules = [
         Record(JOB_RANKS, f"count by ({JOB_KEY}) ({last_step})"),
         # On Prometheus's clock, as time() it is compared with (a node's wall clock may be stepped).
         Record(JOB_LAST_STEP, f"max by ({JOB_KEY}) (\n  {indent(on_prometheus_clock(last_step))}\n)"),
         Record(JOB_STEP_SUSTAINED, f"quantile_over_time(0.5, {JOB_STEP}[{s.goodput_sustain_window}])"),
         Record(JOB_STEP_BEST, f"min_over_time({JOB_STEP_SUSTAINED}[{s.goodput_best_window}])"),
+        Record(JOB_STALLED, stalled(s)),
         Record(JOB_GOODPUT, goodput),
         Record(JOB_LOST_VS_BEST, f"{JOB_RANKS}\n  * on ({JOB_KEY})\n(1 - {JOB_GOODPUT})"),
-        Record(JOB_LOST_GPU_SECONDS, lost(s)),
-    ))
+    ]
+    # One rule per cause, each labelled with it: four short expressions, not one union of four.
+    rules += [Record(JOB_LOST_GPU_SECONDS, expr, {"cause": cause}) for cause, expr in lost(s).items()]
+    return Group("fleetscope-goodput.rules", tuple(rules), interval=s.slow_evaluation_interval)

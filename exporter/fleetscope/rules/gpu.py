@@ -5,14 +5,12 @@ from __future__ import annotations
 from fleetscope.metrics import MetricSpec
 from fleetscope.metrics import gpu as gpu_metrics
 from fleetscope.rules.model import Alert, Group, Record, held, new_or_increased, num, sel
-from fleetscope.rules.settings import Settings
+from fleetscope.rules.settings import Settings, seconds
 from fleetscope.signals import (
     GPU_BUSY,
     GPU_CLOCK_RATIO,
     GPU_THROTTLE_SHARE,
-    NODE_GPU_UTILIZATION,
     SLOWDOWN_REASONS,
-    THROTTLE_SHARE_REASONS,
 )
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
@@ -41,33 +39,57 @@ def _of_gpu(s: Settings, metric: MetricSpec) -> str:
            "{{ else }}?{{ end }}"
 
 
-def recording_rules(s: Settings) -> Group:
+def at(s: Settings, selector: str, ago: str = "") -> str:
+    """A counter's value now, or ``ago``, held over a missed scrape (``last_over_time`` over the gap window)."""
+    return f"last_over_time({selector}[{s.scrape_gap_window}]{f' offset {ago}' if ago else ''})"
+
+
+def duration(value: float) -> str:
+    """Seconds as the shortest Prometheus duration (7200 -> 2h)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if value % size == 0:
+            return f"{int(value // size)}{unit}"
+    return f"{int(value)}s"
+
+
+def clock_ratio(s: Settings) -> str:
+    """A GPU's SM clock over its node's median, for the GPUs below the higher of the two thresholds that read it
+    (the straggler cause, the alert) only."""
     sm_clock = held(s, gpu_metrics.CLOCK_HERTZ, 'clock="sm"')
-    recorded_reasons = f'reason=~"{THROTTLE_SHARE_REASONS}"'
+    below = max(s.cause_clock_ratio, s.clock_peer_ratio)
+    return (
+        f"{sm_clock}\n  / on (cluster, instance) group_left\n"
+        f"quantile by (cluster, instance) (0.5, {sm_clock})\n  < {num(below)}"
+    )
+
+
+def recording_rules(s: Settings) -> Group:
+    recorded_reasons = f'reason=~"{SLOWDOWN_REASONS}"'
+    w = s.share_window
+    # At record_evaluation_interval: their windows are as long, and every alert on them waits 10m or more; the
+    # straggler cause reads them as they were up to one interval ago, as it read 5m windows before.
     return Group("fleetscope-gpu.rules", (
-        # Share of time held down per reason. NVML counts time only for some reasons (not hw_slowdown);
-        # for the others the sampled 0/1 state stands in. Only where above 0: the zeros were 40 recorded
-        # series per p5 node (82k at 2,048 nodes) that every reader then went through.
+        # Share of time held down per slowdown reason. NVML counts time only for some reasons (not hw_slowdown);
+        # for the others the sampled 0/1 state stands in. Only where above 0: the zeros were 40 recorded series
+        # per p5 node (82k at 2,048 nodes) that every reader then went through.
         Record(GPU_THROTTLE_SHARE, (
             f"(\n"
-            f"  rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL, recorded_reasons)}[{s.rate_window}])\n"
+            f"  rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL, recorded_reasons)}[{w}])\n"
             f"  or\n"
-            f"  avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE, recorded_reasons)}[{s.rate_window}])\n"
+            f"  avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE, recorded_reasons)}[{w}])\n"
             f") > 0"
         )),
-        Record(GPU_CLOCK_RATIO, f"{sm_clock}\n  / on (instance) group_left\nquantile by (instance) (0.5, {sm_clock})"),
-        Record(NODE_GPU_UTILIZATION, f"avg without (gpu, uuid) ({held(s, gpu_metrics.UTILIZATION_RATIO)})"),
+        Record(GPU_CLOCK_RATIO, clock_ratio(s)),
         # SM activity (GPM, Hopper+) says whether kernels keep the SMs busy; utilization only that one ran.
         Record(GPU_BUSY, (
-            f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{s.rate_window}])\n"
+            f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{w}])\n"
             f"or\n"
-            f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{s.rate_window}])"
+            f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{w}])"
         )),
-    ))
+    ), interval=s.record_evaluation_interval)
 
 
 def alert_rules(s: Settings) -> Group:
-    w = s.rate_window
     alerts: list[Alert] = []
     known = [HARMLESS_XID]
     for name, severity, actions, advice in XID_CLASSES:
@@ -117,13 +139,16 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuUncorrectableEccError",
-            f"increase({uncorrected}[{s.xid_window}]) > 0",
+            # The counter against itself xid_window ago, each end held over a missed scrape: two short reads per
+            # GPU instead of the window's every sample. Errors within xid_window after a driver reload (the
+            # volatile counter restarts at 0) show once the reload is that long ago; the reset never fires.
+            f"{at(s, uncorrected)} - {at(s, uncorrected, s.xid_window)} > 0",
             "critical",
             "A GPU had uncorrectable ECC errors.",
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
-        Alert(
-            "GpuRowRemapFailed", f"{held(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
+        Alert(  # no for: a missed scrape delays it by one scrape, keep_firing_for holds it once it fires
+            "GpuRowRemapFailed", f"{sel(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
             "A GPU failed to remap a memory row.",
             f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
         ),
@@ -134,17 +159,33 @@ def alert_rules(s: Settings) -> Group:
             s.gpu_state_for,
         ),
     ]
+    return Group("fleetscope-gpu", tuple(alerts))
+
+
+def degradation_rules(s: Settings) -> Group:
+    """A GPU that works but slower or less reliably: every alert waits a for: of 5m or more (or reads hours), so
+    the group is evaluated at ``slow_evaluation_interval``."""
+    w = s.share_window
+    alerts: list[Alert] = []
     corrected = sel(s, gpu_metrics.ECC_ERRORS_TOTAL, 'error_type="corrected", counter_type="volatile"')
     cw = s.ecc_corrected_window
+    cw2 = duration(2 * seconds(cw))
     alerts += [
         Alert(
             "GpuCorrectableEccAccelerating",
-            # Comparisons chained, not `and`-ed: the last window is read once (at fleet size the 1h windows are
-            # the costliest reads of the rules).
+            # Differences of the counter an hour apart, each end held over a missed scrape: short reads per GPU,
+            # where increase() over two 1h windows read every sample of both hours (at fleet size the costliest
+            # reads of all the rules). An hour that spans a driver reload (volatile counters restart at 0)
+            # counts as 0.
             (
                 f"(\n"
-                f"  increase({corrected}[{cw}])\n"
-                f"    > {num(s.ecc_corrected_growth)} * increase({corrected}[{cw}] offset {cw})\n"
+                f"  {at(s, corrected)}\n"
+                f"    - {at(s, corrected, cw)}\n"
+                f"  > {num(s.ecc_corrected_growth)} * clamp_min(\n"
+                f"    {at(s, corrected, cw)}\n"
+                f"      - {at(s, corrected, cw2)},\n"
+                f"    0\n"
+                f"  )\n"
                 f") > {num(s.ecc_corrected_min_increase)}"
             ),
             "warning",
@@ -230,4 +271,4 @@ def alert_rules(s: Settings) -> Group:
             s.clock_for,
         ),
     ]
-    return Group("fleetscope-gpu", tuple(alerts))
+    return Group("fleetscope-gpu-degradation", tuple(alerts), interval=s.slow_evaluation_interval)

@@ -44,8 +44,9 @@ from fleetscope.signals import (
     indent,
 )
 
-COLLECTIVE_KEY = "comm, collective, size_bucket"
-RANK_COMM_KEY = "instance, training_job, rank, comm, comm_rank"
+# Every aggregation keeps `cluster`: shards of one workspace read only their own records (docs/deploy.md).
+COLLECTIVE_KEY = "cluster, comm, collective, size_bucket"
+RANK_COMM_KEY = "cluster, instance, training_job, rank, comm, comm_rank"
 NETWORK_CAUSES = "network"
 
 
@@ -97,8 +98,8 @@ def recording_rules(s: Settings) -> Group:
         )),
         Record(NCCL_RANK_COMM_RATIO, f"{own}\n  /\n({expected} > 0)"),
         Record(NCCL_RANK_COMM_WAIT, f"{expected}\n  -\n{own}"),
-        Record(NCCL_RANK_RATIO, f"max by ({RANK_KEY}) ({NCCL_RANK_COMM_RATIO})"),
-        Record(NCCL_RANK_WAIT, f"max by ({RANK_KEY}) ({NCCL_RANK_COMM_WAIT})"),
+        Record(NCCL_RANK_RATIO, f"max by (cluster, {RANK_KEY}) ({NCCL_RANK_COMM_RATIO})"),
+        Record(NCCL_RANK_WAIT, f"max by (cluster, {RANK_KEY}) ({NCCL_RANK_COMM_WAIT})"),
         Record(NCCL_COMM_BUS_BANDWIDTH, delivered),
         Record(NCCL_COMM_BUS_BANDWIDTH_BASELINE, (
             f"avg_over_time({NCCL_COMM_BUS_BANDWIDTH}[{window}])\n"
@@ -106,7 +107,7 @@ def recording_rules(s: Settings) -> Group:
             f"avg_over_time({NCCL_COMM_BUS_BANDWIDTH}[{window}] offset {offset})"
         )),
         Record(NCCL_NODE_BUS_BANDWIDTH_BASELINE, (
-            f"min by (instance, training_job) (\n"
+            f"min by (cluster, instance, training_job) (\n"
             f"  {NCCL_COMM_BUS_BANDWIDTH_BASELINE}\n"
             f"    * on (training_job, {COLLECTIVE_KEY}) group_right ()\n"
             f"  ({indent(present)} * 0 + 1)\n"
@@ -171,9 +172,9 @@ def alert_rules(s: Settings) -> Group:
     bw_ratio = num(s.nccl_bandwidth_ratio)
     collapsed = f"{NCCL_NODE_BUS_BANDWIDTH_BASELINE} < {bw_ratio}"
     collapsed_share = (
-        f"count by (training_job) ({collapsed})\n"
+        f"count by (cluster, training_job) ({collapsed})\n"
         f"  /\n"
-        f"count by (training_job) ({NCCL_NODE_BUS_BANDWIDTH_BASELINE})"
+        f"count by (cluster, training_job) ({NCCL_NODE_BUS_BANDWIDTH_BASELINE})"
     )
     alerts = (
         Alert(

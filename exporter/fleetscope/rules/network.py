@@ -9,7 +9,14 @@ from __future__ import annotations
 from fleetscope.metrics import efa, netstat
 from fleetscope.rules.model import Alert, Group, Record, held, num, sel
 from fleetscope.rules.settings import Settings
-from fleetscope.signals import EFA_RATE_COUNTERS, TCP_RETRANSMIT_RATIO, efa_rate, indent, interface_ratio
+from fleetscope.signals import (
+    EFA_RATE_COUNTERS,
+    ENA_ALLOWANCE_SHAPED,
+    TCP_RETRANSMIT_RATIO,
+    efa_rate,
+    indent,
+    interface_ratio,
+)
 
 # Per device and port at --collector.efa.detail=all; the node's devices summed at the default level.
 EFA_PORT = (
@@ -19,14 +26,19 @@ ENA_ALLOWANCES = ("bw_in", "bw_out", "pps", "conntrack", "linklocal")
 
 
 def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
-    """``or`` of expressions, each tagged with ``label`` = its name."""
-    return "\nor\n".join(
-        f'label_replace(\n  {indent(expr)},\n  "{label}", "{value}", "", ""\n)' for value, expr in pieces
-    )
+    """``or`` of expressions, each tagged with ``label`` = its name (a one-line expression on one line)."""
+    def tag(value: str, expr: str) -> str:
+        if "\n" not in expr:
+            return f'label_replace({expr}, "{label}", "{value}", "", "")'
+        return f'label_replace(\n  {indent(expr)},\n  "{label}", "{value}", "", ""\n)'
+    return "\nor\n".join(tag(value, expr) for value, expr in pieces)
 
 
 def recording_rules(s: Settings) -> Group:
-    w = s.rate_window
+    # The node sums over the share window as well: their readers (the network alerts, which wait 10m or more, the
+    # straggler cause's network evidence, the dashboards) need no longer one, and at the slow interval below
+    # every sample is still read once.
+    w = s.share_window
     rules = [
         Record(
             efa_rate(counter), f"sum without (device, port) (rate({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]))"
@@ -38,16 +50,20 @@ def recording_rules(s: Settings) -> Group:
         f"rate({sel(s, netstat.RETRANSMITTED_SEGMENTS_TOTAL)}[{w}])\n  /\n"
         f"rate({sel(s, netstat.OUT_SEGMENTS_TOTAL)}[{w}])",
     ))
+    sw = w
     for what in ("errors", "dropped"):
         pieces = [
             (direction, (
-                f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{w}])\n  /\n"
-                f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{w}])"
+                f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{sw}])\n  /\n"
+                f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{sw}])"
             ))
             for direction in ("receive", "transmit")
         ]
         rules.append(Record(interface_ratio(what), labelled_union(pieces, "direction")))
-    return Group("fleetscope-network.rules", tuple(rules))
+    shaped = [(kind, f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{sw}])")
+              for kind in ENA_ALLOWANCES]
+    rules.append(Record(ENA_ALLOWANCE_SHAPED, f"(\n  {indent(labelled_union(shaped, 'allowance'))}\n) > 0"))
+    return Group("fleetscope-network.rules", tuple(rules), interval=s.slow_evaluation_interval)
 
 
 def alert_rules(s: Settings) -> Group:
@@ -66,14 +82,6 @@ def alert_rules(s: Settings) -> Group:
     admin = [
         (kind, f"increase({sel(s, f'fleetscope_efa_{counter}_total')}[{w}]) > 0")
         for kind, counter in (("error", "admin_command_errors"), ("no_completion", "admin_commands_no_completion"))
-    ]
-    allowances = [
-        (
-            kind,
-            f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{w}]) "
-            f"> {num(s.ena_allowance_per_second)}",
-        )
-        for kind in ENA_ALLOWANCES
     ]
     alerts = [
         Alert(
@@ -119,7 +127,7 @@ def alert_rules(s: Settings) -> Group:
             ev,
         ),
         Alert(
-            "EnaAllowanceExceeded", labelled_union(allowances, "allowance"), "warning",
+            "EnaAllowanceExceeded", f"{ENA_ALLOWANCE_SHAPED} > {num(s.ena_allowance_per_second)}", "warning",
             "An ENA interface exceeds an EC2 instance network allowance.",
             "{{ $labels.device }} on {{ $labels.instance }} has {{ printf \"%.1f\" $value }} packets per second "
             "shaped by the {{ $labels.allowance }} allowance.",
@@ -142,4 +150,4 @@ def alert_rules(s: Settings) -> Group:
             f"{{{{ $labels.direction }}}} packets are {noun} (threshold {num(s.interface_error_ratio * 100)}%).",
             s.interface_for,
         ))
-    return Group("fleetscope-network", tuple(alerts))
+    return Group("fleetscope-network", tuple(alerts), interval=s.slow_evaluation_interval)

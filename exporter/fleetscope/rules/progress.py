@@ -46,6 +46,7 @@ from fleetscope.signals import (
     RANK_GONE,
     RANK_HANG_SUSPECTS,
     RANK_KEY,
+    RANK_PHASE,
     RANK_SILENT,
     indent,
     on_gpu,
@@ -64,8 +65,12 @@ def _gone(s: Settings) -> str:
 
 
 def _ended(s: Settings) -> str:
-    ended = 'phase="ended"'
-    return f"{sel(s, str(training.PHASE), ended)} == 1"
+    return RANK_PHASE + '{phase="ended"}'
+
+
+def _phase(s: Settings) -> str:
+    """Each rank's phase now: its one phase series at 1 (six are exported per rank, one a phase)."""
+    return f"{sel(s, str(training.PHASE))} == 1"
 
 
 def _clock_offset(s: Settings) -> str:
@@ -74,13 +79,19 @@ def _clock_offset(s: Settings) -> str:
     return (
         f"timestamp({clock}) - {clock}\n"
         f"  or on (instance)\n"
-        f"group by (instance) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))}) * 0"
+        f"group by (cluster, instance) ({sel(s, str(training.LAST_PUSH_TIMESTAMP_SECONDS))}) * 0"
     )
 
 
 def _stamp(s: Settings, metric: str) -> str:
     """A node timestamp series on Prometheus's clock."""
     return on_prometheus_clock(sel(s, metric))
+
+
+def _since(s: Settings) -> str:
+    """When each rank entered its phase, on Prometheus's clock, on one line (it opens two suspect sets)."""
+    since = sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS))
+    return f"({since} + on (instance) group_left () {NODE_CLOCK_OFFSET})"
 
 
 def _silent(s: Settings) -> str:
@@ -98,15 +109,15 @@ def last_progress(s: Settings) -> str:
     last_step = _running(_stamp(s, str(training.LAST_STEP_TIMESTAMP_SECONDS)))
     phase_start = _running(_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS)))
     return (
-        f"max by (training_job) (\n  {indent(last_step)}\n)\n"
+        f"max by (cluster, training_job) (\n  {indent(last_step)}\n)\n"
         f"  or\n"
-        f"max by (training_job) (\n  {indent(phase_start)}\n)"
+        f"max by (cluster, training_job) (\n  {indent(phase_start)}\n)"
     )
 
 
 def _reporting(s: Settings) -> str:
     """Per job: its ranks that report a position and have not said goodbye."""
-    return f'sum by (training_job) ({JOB_PHASE_RANKS}{{phase!="ended"}})'
+    return f'sum by (cluster, training_job) ({JOB_PHASE_RANKS}{{phase!="ended"}})'
 
 
 def paused(s: Settings) -> str:
@@ -119,12 +130,12 @@ def paused(s: Settings) -> str:
         f"  unless on ({RANK_KEY})\n{sel(s, str(training.LAST_STEP))}"
     )
     return (
-        f"group by (training_job) (\n"
+        f"group by (cluster, training_job) (\n"
         f'  {JOB_PHASE_RANKS}{{phase="{DECLARED}"}}\n'
         f"  or\n"
         f"  {one_phase} == on (training_job) group_left () {_reporting(s)}\n"
         f"  or\n"
-        f"  count by (training_job) (\n    {indent(starting, '    ')}\n  )\n"
+        f"  count by (cluster, training_job) (\n    {indent(starting, '    ')}\n  )\n"
         f")"
     )
 
@@ -143,7 +154,7 @@ def hang_threshold(s: Settings) -> str:
 def awaited(s: Settings) -> str:
     """Ranks outside a collective that most of their job waits for in one, there for long enough (value: when
     they entered their phase, a label); only ranks through a step in their process."""
-    phase = sel(s, str(training.PHASE), f'phase=~"{AWAITED}"')
+    phase = RANK_PHASE + f'{{phase=~"{AWAITED}"}}'
     long_enough = (
         f"time() - clamp_min({num(s.hang_awaited_step_multiple)} * {JOB_STEP}, {num(s.hang_awaited_min_seconds)})"
     )
@@ -152,8 +163,8 @@ def awaited(s: Settings) -> str:
         f"  >= on (training_job)\n{num(s.hang_awaited_share)} * {_reporting(s)}"
     )
     return (
-        f"(\n  (\n    {indent(_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS)), '    ')}\n  )\n"
-        f"    * on ({RANK_KEY}) group_left (phase)\n  ({phase} == 1)\n"
+        f"(\n  {_since(s)}\n"
+        f"    * on ({RANK_KEY}) group_left (phase)\n  {phase}\n"
         f"    and on ({RANK_KEY})\n  {sel(s, str(training.LAST_STEP))}\n)\n"
         f"  < on (training_job) group_left ()\n({long_enough})\n"
         f"  and on (training_job)\n(\n  {indent(most_wait)}\n)"
@@ -170,12 +181,14 @@ def recording_rules(s: Settings) -> Group:
     # The sparse sets first: the rules after them in this group read them at this evaluation.
     return Group("fleetscope-progress.rules", (
         Record(NODE_CLOCK_OFFSET, _clock_offset(s)),
+        # Read once: the job counts, the ended, awaited and suspect ranks all select from it.
+        Record(RANK_PHASE, _phase(s)),
         Record(RANK_ENDED, _ended(s)),
         Record(RANK_GONE, _gone(s)),
         Record(RANK_SILENT, _silent(s)),
-        Record(JOB_LAST_PUSH, f"max by (training_job) (\n  {indent(_stamp(s, last_push))}\n)"),
+        Record(JOB_LAST_PUSH, f"max by (cluster, training_job) (\n  {indent(_stamp(s, last_push))}\n)"),
         Record(JOB_PROGRESS, last_progress(s)),
-        Record(JOB_PHASE_RANKS, f"count by (training_job, phase) ({sel(s, str(training.PHASE))} == 1)"),
+        Record(JOB_PHASE_RANKS, f"count by (cluster, training_job, phase) ({RANK_PHASE})"),
         Record(JOB_PAUSED, paused(s)),
         Record(JOB_HANG_THRESHOLD, hang_threshold(s)),
         Record(JOB_HUNG, hung(s)),
@@ -187,18 +200,17 @@ def recording_rules(s: Settings) -> Group:
 def suspects(s: Settings) -> str:
     """The awaited ranks; in hung jobs, ranks not waiting in a collective (value: when they entered their phase,
     a label), or gone silent."""
-    phase = sel(s, str(training.PHASE), f'phase=~"{NOT_WAITING}"')
+    phase = RANK_PHASE + f'{{phase=~"{NOT_WAITING}"}}'
     not_waiting = (
-        f"({_stamp(s, str(training.PHASE_START_TIMESTAMP_SECONDS))})\n"
+        f"{_since(s)}\n"
         f"  * on ({RANK_KEY}) group_left (phase)\n"
-        f"({phase} == 1)\n"
+        f"{phase}\n"
         f"  unless on ({RANK_KEY})\n"
         f"{RANK_SILENT}"
     )
     went_silent = (
         f'label_replace({RANK_SILENT}, "phase", "{SILENT}", "", "")\n'
-        f"  unless on ({RANK_KEY})\n{RANK_ENDED}\n"
-        f"  unless on ({RANK_KEY})\n{RANK_GONE}"
+        f"  unless on ({RANK_KEY})\n({RANK_ENDED} or {RANK_GONE})"
     )
     # Only in hung jobs, the one place they are read: at any moment nearly every rank of every job is in its
     # compute phase, and recording them all wrote one series per rank at every evaluation.

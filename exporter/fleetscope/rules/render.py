@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,6 +12,7 @@ import yaml
 from fleetscope.rules import causes, goodput, gpu, nccl, network, offenders, progress, selfmon, training
 from fleetscope.rules.model import Alert, Group, Record, Rule
 from fleetscope.rules.settings import PRESETS, Settings
+from fleetscope.signals import recording_rule_names
 
 Format = Literal["rules", "prometheusrule"]
 
@@ -25,6 +28,7 @@ def build_groups(settings: Settings) -> list[Group]:
     """Recording groups first (readers see the aggregates before the alerts using them)."""
     return [
         training.recording_rules(settings),
+        training.pace_rules(settings),
         progress.recording_rules(settings),
         gpu.recording_rules(settings),
         network.recording_rules(settings),
@@ -32,8 +36,10 @@ def build_groups(settings: Settings) -> list[Group]:
         causes.recording_rules(settings),
         goodput.recording_rules(settings),
         training.alert_rules(settings),
+        training.pace_alert_rules(settings),
         progress.alert_rules(settings),
         gpu.alert_rules(settings),
+        gpu.degradation_rules(settings),
         network.alert_rules(settings),
         nccl.alert_rules(settings),
         selfmon.alert_rules(settings),
@@ -46,7 +52,45 @@ def runbook_anchor(alert_name: str) -> str:
     return alert_name.lower()
 
 
+# The `cluster` matcher of a selector (`cluster="east"`, `cluster=~"east|west"`).
+CLUSTER_MATCHER = re.compile(r'\bcluster\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"')
+
+
+@cache
+def _record_reads() -> re.Pattern[str]:
+    """A recording-rule name as read in an expression or a template query, with its matchers if any."""
+    names = "|".join(re.escape(name) for name in sorted(recording_rule_names(), key=len, reverse=True))
+    return re.compile(rf"(?<![\w:])({names})(?![\w:])(\{{[^}}]*\}})?")
+
+
+def shard(text: str, selector: str) -> str:
+    """``text`` with the selector's ``cluster`` matcher on every record it reads.
+
+    Shards of one rule set loaded into one workspace (AMP, Mimir) see each other's records; raw series are
+    read through the selector already, records by name. A selector without ``cluster`` leaves ``text`` as is.
+    """
+    found = CLUSTER_MATCHER.search(selector)
+    if not found:
+        return text
+    matcher = found.group(0)
+
+    def scoped(read: re.Match[str]) -> str:
+        name, labels = read.group(1), read.group(2)
+        inner = labels[1:-1].strip() if labels else ""
+        return f"{name}{{{matcher}{', ' + inner if inner else ''}}}"
+
+    return _record_reads().sub(scoped, text)
+
+
 def rule_dict(rule: Rule, settings: Settings) -> dict[str, Any]:
+    out = _rule_dict(rule, settings)
+    out["expr"] = shard(out["expr"], settings.selector)
+    if "annotations" in out:
+        out["annotations"] = {key: shard(value, settings.selector) for key, value in out["annotations"].items()}
+    return out
+
+
+def _rule_dict(rule: Rule, settings: Settings) -> dict[str, Any]:
     if isinstance(rule, Record):
         out: dict[str, Any] = {"record": rule.record, "expr": rule.expr}
         if rule.labels:

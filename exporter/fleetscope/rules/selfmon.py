@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from fleetscope.metrics import engine, push
-from fleetscope.rules.model import Alert, Group, held, num, sel
+from fleetscope.rules.model import Alert, Group, Record, Rule, held, num, sel
 from fleetscope.rules.settings import Settings, seconds
-from fleetscope.verdicts import breaker_expr
+from fleetscope.signals import CLUSTER_BREAKER_ALLOWED, CLUSTER_BREAKER_CARRYING, indent
+from fleetscope.verdicts import FINDINGS, nodes_carrying, nodes_scraped
 
 NOT_DUPLICATE = 'reason!="duplicate"'  # the matcher for every refusal but an acknowledged re-send
 
 
 def alert_rules(s: Settings) -> Group:
+    # Every alert waits 5m or more, or (the breaker) counts over a 10m window.
     return Group("fleetscope", (
+        *breaker_records(s),
         Alert(
             "FleetscopeDown", f"{sel(s, 'up')} == 0", "warning",
             "A fleetscope daemon cannot be scraped.",
@@ -44,14 +47,27 @@ def alert_rules(s: Settings) -> Group:
             s.push_rejected_for,
         ),
         breaker_alert(s),
-    ))
+    ), interval=s.slow_evaluation_interval)
+
+
+def breaker_records(s: Settings) -> tuple[Rule, ...]:
+    """Per cluster: how many nodes may carry one finding, and per finding how many did within the window (the
+    count `check` makes, fleetscope.verdicts.breaker_expr): one short rule each, before the alert reading them."""
+    window = seconds(s.breaker_window)
+    scraped = indent(nodes_scraped(s.selector, window, by="cluster"))
+    allowed = f"clamp_min(ceil(\n  {scraped}\n  * {num(s.breaker_percent)} / 100\n), 1)"
+    return (
+        Record(CLUSTER_BREAKER_ALLOWED, allowed),
+        *(Record(CLUSTER_BREAKER_CARRYING, nodes_carrying(finding, window, by="cluster"), {"finding": finding.alert})
+          for finding in FINDINGS),
+    )
 
 
 def breaker_alert(s: Settings) -> Alert:
     """The circuit breaker of `fleetscope check` tripped for a cross-node finding (fleetscope.verdicts)."""
     return Alert(
         "FleetscopeBreakerTripped",
-        breaker_expr(s.selector, s.breaker_percent, seconds(s.breaker_window)),
+        f"{CLUSTER_BREAKER_CARRYING}\n  > on (cluster) group_left ()\n{CLUSTER_BREAKER_ALLOWED}",
         "warning",
         "Too many nodes carry one cross-node finding: fleetscope check holds it back instead of marking them.",
         "{{ $value }} nodes{{ with $labels.cluster }} of cluster {{ . }}{{ end }} carried {{ $labels.finding }} "

@@ -34,16 +34,32 @@ class Settings:
     runbook_base_url: str = "docs/runbooks.md"
     # Rule evaluation interval for every group; empty keeps Prometheus's global setting.
     evaluation_interval: str = ""
-    # Window for rate()/increase() of counters.
+    # Window for rate()/increase() of the event counters (EFA events and errors, push rejections): an event
+    # keeps its alert's condition true this long.
     rate_window: str = "5m"
+    # Window of the shares and rates (throttle and busy share, data and communication share, interface error
+    # ratios, EFA and TCP rates, PCIe replays, NVLink errors, ENA allowance shaping): each is read once a round
+    # for every GPU, rank or interface of the fleet, so its samples are most of what the rules read. 2m holds 4
+    # scrapes at 30s (8 at 15s) and every alert on them waits a for: of 10m or more.
+    share_window: str = "2m"
     # Evaluation interval of the training groups (stragglers, their cause, the training alerts), whatever the
     # global one: the straggler rule's time to detect is measured at it (docs/runbooks.md). Empty: global.
     training_evaluation_interval: str = "30s"
+    # Evaluation interval of the dense per-GPU and per-rank records (GPU shares, a job's pace): what the
+    # straggler cause reads of them is up to this old, which the old 5m windows also were on average.
+    # Empty: global.
+    record_evaluation_interval: str = "2m"
+    # Evaluation interval of the alert groups whose every alert waits a for: of 5m or more (GPU degradation, the
+    # network, a job's pace, fleetscope itself), of the network's records (read by those alerts, the straggler
+    # cause's network evidence, which lasts minutes, and dashboards) and of goodput (dashboards only): an alert
+    # fires up to one interval after its for:, for a third of the reads of a 1m evaluation. Empty: global.
+    slow_evaluation_interval: str = "3m"
     # A failed scrape marks all of its target's series stale. Raw series read at an instant are held this
-    # long (last_over_time) so one missed scrape at scrape intervals up to 60s neither restarts a pending
-    # for: nor resolves an alert; and every alert keeps firing keep_firing_for after its condition last held
-    # (Prometheus 2.42+, prometheus-operator 0.65+; empty leaves the field out for older rulers).
-    scrape_gap_window: str = "2m"
+    # long (last_over_time) so one missed scrape neither restarts a pending for: nor resolves an alert: at
+    # least twice the scrape interval (1m covers the shipped 15s and 30s; set 2m for 60s scrapes). Every
+    # alert keeps firing keep_firing_for after its condition last held (Prometheus 2.42+,
+    # prometheus-operator 0.65+; empty leaves the field out for older rulers).
+    scrape_gap_window: str = "1m"
     keep_firing_for: str = "2m"
 
     # Training stragglers. A rank's rolling-median compute time over its pipeline stage's median (the
@@ -206,9 +222,12 @@ E2E = dataclasses.replace(
     PRODUCTION,
     evaluation_interval="5s",
     training_evaluation_interval="5s",
+    record_evaluation_interval="5s",
+    slow_evaluation_interval="5s",
     scrape_gap_window="15s",
     keep_firing_for="15s",
     rate_window="1m",
+    share_window="1m",
     straggler_window="1m",
     straggler_for="30s",
     straggler_critical_for="30s",

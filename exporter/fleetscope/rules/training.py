@@ -22,6 +22,7 @@ from fleetscope.signals import (
     JOB_COMPUTE_RATIO_SPREAD,
     JOB_KEY,
     JOB_MIN_COMM_SHARE,
+    JOB_RANKS_COMPARED,
     JOB_STEP,
     JOB_STEP_RATE,
     JOB_STRAGGLER_THRESHOLD,
@@ -52,10 +53,10 @@ RANK_LABELS = (
 def rank_gpu(s: Settings) -> str:
     """The rank -> GPU map: rank_info as scraped now, else as last scraped within the gap window (so a missed
     scrape keeps the map, and a restart onto another GPU maps the new one at once instead of two). A rank
-    without rank_info (a daemon that exports none) is mapped without ``gpu`` from the series the rules that
-    join the map read of it, so they still name it."""
+    without rank_info (a daemon that exports none) is mapped without ``gpu`` from its process state or its
+    compute median, so the rules that join the map still name it dead, hung, silent or slow."""
     info = sel(s, training.RANK_INFO)
-    seen = (training.LAST_PUSH_TIMESTAMP_SECONDS, training.PROCESS_UP, training.COMPUTE_SECONDS_MEDIAN)
+    seen = (training.PROCESS_UP, training.COMPUTE_SECONDS_MEDIAN)
     return (
         f"max by (cluster, {RANK_KEY}, gpu) (\n"
         f"  {info}\n    or on ({RANK_KEY})\n  {held(s, training.RANK_INFO)}\n"
@@ -71,7 +72,7 @@ def straggler_threshold(s: Settings) -> str:
     sqrt(2 ln N) is about how many SDs the largest of N healthy ranks sits out: a job of 1,000 ranks
     needs a higher bar than one of 8 for the same spread.
     """
-    ranks = f"count by ({JOB_KEY}) ({RANK_COMPUTE_RATIO_SMOOTHED})"
+    ranks = JOB_RANKS_COMPARED
     return (
         f"1 + (\n"
         f"  clamp_min(\n"
@@ -89,34 +90,44 @@ def straggler_threshold(s: Settings) -> str:
 
 
 def recording_rules(s: Settings) -> Group:
-    w = s.rate_window
-    compute = held(s, training.COMPUTE_SECONDS_MEDIAN)
+    # The per-rank medians are read as scraped, not held: a rank missing from one scrape drops out of one
+    # evaluation of a job-wide statistic, and the straggler statistic is a median over straggler_window of
+    # these records (a range read, which a missed scrape does not interrupt).
+    compute = sel(s, training.COMPUTE_SECONDS_MEDIAN)
     ratio = f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}"
     rules: list[Record] = [
-        # First: every group that names a rank's GPU reads it (this one at this evaluation).
+        # First: the ratio joins it at this evaluation (the other readers at their own; groups have no order).
         Record(RANK_GPU, rank_gpu(s)),
         Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {compute})"),
         Record(RANK_COMPUTE_RATIO, on_gpu(f"(\n  {indent(ratio)}\n)")),
         Record(RANK_COMPUTE_RATIO_SMOOTHED, f"quantile_over_time(0.5, {RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
         Record(JOB_COMPUTE_RATIO_SPREAD,
                f"1.4826 * quantile by ({JOB_KEY}) (0.5, abs({RANK_COMPUTE_RATIO_SMOOTHED} - 1))"),
+        Record(JOB_RANKS_COMPARED, f"count by ({JOB_KEY}) ({RANK_COMPUTE_RATIO_SMOOTHED})"),
         Record(JOB_STRAGGLER_THRESHOLD, straggler_threshold(s)),
         Record(STRAGGLERS, f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}"),
         Record(NODE_JOB_STRAGGLERS, f"count by (cluster, instance, training_job) ({STRAGGLERS})"),
-        Record(JOB_STEP, f"quantile by ({JOB_KEY}) (0.5, {held(s, training.STEP_SECONDS_MEDIAN)})"),
     ]
+    return Group("fleetscope-training.rules", tuple(rules), interval=s.training_evaluation_interval)
+
+
+def pace_rules(s: Settings) -> Group:
+    """A job's pace and where its ranks' time goes: read by alerts that wait 10m or more, the goodput rules, the
+    hang threshold and the dashboards, none of which needs them every 30s; at ``record_evaluation_interval``."""
+    w = s.share_window
+    rules = [Record(JOB_STEP, f"quantile by ({JOB_KEY}) (0.5, {sel(s, training.STEP_SECONDS_MEDIAN)})")]
     step_rate = f"rate({sel(s, training.STEP_SECONDS_TOTAL)}[{w}])"
     parts = {"data": training.DATA_SECONDS_TOTAL, "comm": training.COMM_SECONDS_TOTAL}
     for part, counter in parts.items():
         rules.append(Record(rank_share(part), f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}"))
         rules.append(Record(job_share(part), f"quantile by ({JOB_KEY}) (0.5, {rank_share(part)})"))
     rules.append(Record(RANK_COMM_SHARE_TYPICAL, (
-        f"{held(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{held(s, training.STEP_SECONDS_MEDIAN)}"
+        f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}"
     )))
     rules.append(Record(JOB_MIN_COMM_SHARE, f"min by ({JOB_KEY}) ({RANK_COMM_SHARE_TYPICAL})"))
     rules.append(Record(JOB_STEP_RATE, f"avg by ({JOB_KEY}) (rate({sel(s, training.STEPS_TOTAL)}[{w}]))"))
     rules.append(Record(JOB_TOKEN_RATE, f"sum by ({JOB_KEY}) (rate({sel(s, training.TOKENS_TOTAL)}[{w}]))"))
-    return Group("fleetscope-training.rules", tuple(rules), interval=s.training_evaluation_interval)
+    return Group("fleetscope-training-pace.rules", tuple(rules), interval=s.record_evaluation_interval)
 
 
 def cause_words() -> str:
@@ -151,18 +162,9 @@ def worst_rank(part: str) -> str:
 
 
 def alert_rules(s: Settings) -> Group:
-    w = s.rate_window
-    low_activity_expr = (
-        f"(\n"
-        f"  {held(s, training.RANK_INFO)}\n"
-        f"    and on ({RANK_KEY})\n"
-        f"  rate({sel(s, training.STEPS_TOTAL)}[{w}]) > 0\n"
-        f")\n"
-        f"  * on (instance, gpu) group_left (uuid)\n"
-        f"({GPU_BUSY} < {num(s.low_activity_ratio)})"
-    )
-    stragglers_of_node = f"count by (instance, training_job) ({STRAGGLERS})"
-    ranks_of_node = f"count by (instance, training_job) ({RANK_COMPUTE_RATIO_SMOOTHED})"
+    """The stragglers: evaluated at ``training_evaluation_interval``, at which their time to detect is measured."""
+    stragglers_of_node = f"count by (cluster, instance, training_job) ({STRAGGLERS})"
+    ranks_of_node = f"count by (cluster, instance, training_job) ({RANK_COMPUTE_RATIO_SMOOTHED})"
     alerts = [
         Alert(
             "TrainingStragglerRank",
@@ -199,6 +201,25 @@ def alert_rules(s: Settings) -> Group:
             "{{ $labels.instance }} compute slower than their stage allows." + node_causes_text(),
             s.straggler_for,
         ),
+    ]
+    return Group("fleetscope-training", tuple(alerts), interval=s.training_evaluation_interval)
+
+
+
+def pace_alert_rules(s: Settings) -> Group:
+    """The job's pace and where its time goes: every alert waits a for: of 10m or more, so the group is
+    evaluated at ``slow_evaluation_interval``."""
+    w = s.share_window
+    low_activity_expr = (
+        f"(\n"
+        f"  {held(s, training.RANK_INFO)}\n"
+        f"    and on ({JOB_KEY})\n"
+        f"  {JOB_STEP_RATE} > 0\n"
+        f")\n"
+        f"  * on (instance, gpu) group_left (uuid)\n"
+        f"({GPU_BUSY} < {num(s.low_activity_ratio)})"
+    )
+    alerts = [
         Alert(
             "TrainingJobSlowdown",
             (
@@ -278,5 +299,5 @@ def alert_rules(s: Settings) -> Group:
         f"(threshold {num(s.low_activity_ratio * 100)}%) while the rank completes steps.",
         s.low_activity_for,
     ))
-    return Group("fleetscope-training", tuple(alerts), interval=s.training_evaluation_interval)
+    return Group("fleetscope-training-pace", tuple(alerts), interval=s.slow_evaluation_interval)
 
