@@ -86,6 +86,8 @@ class NativeCallCounter:
     def installed(cls) -> Iterator[NativeCallCounter]:
         import pynvml  # type: ignore[import-untyped]
 
+        if pynvml.nvmlLib is None:  # not loaded yet (no fake installed, no session opened): load the real one
+            pynvml._LoadNvmlLibrary()
         with pynvml.libLoadLock:
             library = pynvml.nvmlLib
             counter = cls(library)

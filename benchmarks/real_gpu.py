@@ -71,13 +71,13 @@ print(json.dumps({"device": torch.cuda.get_device_name(0), "seconds": elapsed, "
 
 # Every field the reader asks, with the candidates it may ask (PCIe bytes, NVLink totals and per-link fields).
 def _field_candidates() -> dict[int, str]:
-    from fleetscope.sources import nvml as reader
+    from fleetscope.sources import nvml_h
 
-    out = {f.id: f"{f.value}{'/' + ','.join(f.labels) if f.labels else ''}" for f in reader.FIELDS}
-    out.update({reader.FIELD_NVLINK_LINK_COUNT: "nvlink_links", reader.FIELD_NVLINK_STATE: "nvlink_up (link 0)"})
-    out.update({i: f"pcie_bytes/{d}" for i, d in reader.PCIE_BYTE_FIELDS.items()})
-    out.update({i: f"nvlink_errors/{e} (all links)" for i, e in reader.NVLINK_ERROR_TOTALS.items()})
-    out.update({i: f"nvlink_errors/{e} (link 0)" for i, e in reader.NVLINK_ERROR_FIELDS.items()})
+    out = {}
+    for entry in nvml_h.FIELDS:
+        labels = ",".join(entry.labels)
+        out[entry.id] = (f"{entry.value or 'nvlink_links'}{'/' + labels if labels else ''}"
+                         f"{' (link 0)' if entry.per_link else ''}")
     return out
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benchmarks.real_gpu import cost_section, kernel_log_lines, plausibility, report, scenario_differences
+from benchmarks.real_gpu import cost_section, field_costs, kernel_log_lines, plausibility, report, scenario_differences
 from fleetscope.capture.archive import render, take_snapshot, write_archive
 from fleetscope_sim.nvml_fake import uninstall
 from tests.capture.nodes import KMSG, FixtureNode
@@ -83,3 +83,17 @@ def test_the_cost_section_sets_real_nvml_beside_the_model_and_lists_each_field()
     assert "real NVML, idle: the latency model books" in text  # its prediction for the real call mix
     assert "| 29 | retired_pages/single_bit | Not Supported | 95.0 |  | 0 |" in text
     assert "| those answered | 1 | 212.0 |  |" in text
+
+
+def test_field_costs_ask_every_field_of_the_table_alone(tmp_path) -> None:
+    # On the H100 it broke once on a renamed table (an AttributeError, no figures): it runs here on the fake.
+    from fleetscope.sources import nvml_h
+
+    node = FixtureNode.build(str(tmp_path / "node"), "p5", "h100_8x_healthy")
+    fake = node.fake()
+    assert fake is not None
+    costs = field_costs(repeats=1)
+    assert {int(i) for i in costs["alone"]} == {field.id for field in nvml_h.FIELDS}
+    assert costs["alone"][str(nvml_h.FI_DEV_REMAPPED_COR)]["what"] == "remapped_rows/correctable"
+    assert costs["alone"][str(nvml_h.FI_DEV_REMAPPED_COR)]["answer"] == "ok"
+    assert costs["batches"]["the 21 of the report"]["fields"] == 21
