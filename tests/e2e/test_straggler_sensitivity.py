@@ -6,12 +6,12 @@ below the old 1.10 threshold), beside a healthy job of the same shape. The produ
 thresholds run on the compressed windows (alerts/fleetscope.e2e.rules.yml). The alert must name the job,
 rank, node and GPU, and carry the one cause verdict: this CPU job has no GPU, NIC or input evidence, so
 ``unknown`` is the only honest cause (a throttled GPU or an Xid would name itself, tests/alerts/causes).
-No other alert names either job or any rank. Two alerts about the machine, not the jobs, may come from
-an overloaded test host and are not this test's subject: FleetscopeDown (scrapes timing out at a load of
-50 on 2 cores, seen once) and, for the healthy job, TrainingCommunicationBound (gloo's all-reduce among
-16 processes on 2 busy cores really takes over a quarter of every rank's step, its least-waiting rank's
-included, which is what that alert reads; seen once). The slow job's least-waiting rank is its
-straggler, so the slow job must not raise it.
+Nothing else fires, with one exception about the machine, not the jobs: for the healthy job,
+TrainingCommunicationBound (gloo's all-reduce among 16 processes on 2 busy cores really takes over a quarter
+of every rank's step, its least-waiting rank's included, which is what that alert reads; seen once). The slow
+job's least-waiting rank is its straggler, so the slow job must not raise it. (FleetscopeDown was once
+excused here too: it was the daemons still importing when Prometheus began to scrape, 50 s on a loaded
+machine; the harness now waits for them, tests/e2e/training_jobs.py.)
 """
 
 from __future__ import annotations
@@ -55,6 +55,5 @@ def test_ten_percent_slower_accelerator_is_named_with_its_cause(
     assert {(a["training_job"], a["rank"], a["instance"], a.get("gpu"), a.get("cause")) for a in stragglers} == {
         ("ddp-ten", "6", "node-01", "6", "unknown")
     }, fired
-    about_jobs = {key for key in alert_keys(fired) if key[1]}
     machine_bound = {("TrainingCommunicationBound", "ddp-even", "")}
-    assert about_jobs - machine_bound == {("TrainingStragglerRank", "ddp-ten", "6")}, fired
+    assert alert_keys(fired) - machine_bound == {("TrainingStragglerRank", "ddp-ten", "6")}, fired

@@ -24,12 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope_sim.detection import AlertWatcher
+from fleetscope_sim.localhttp import answers_ok
 from fleetscope_sim.prom import Prometheus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
 PRODUCTION_RULES = os.path.join(ROOT, "alerts", "fleetscope.rules.yml")
 SCRAPE_SECONDS = 5.0  # the compressed rules' scrape interval; the shipped configs scrape every 15 s
+# A daemon's start is about 0.9 CPU-seconds (FastAPI, pydantic, uvicorn): under the suite's first minute (32 ranks
+# importing torch, 20 simulated nodes starting, a load of 35 on 2 cores) that took 50 s of wall.
+READY_TIMEOUT = 240.0
 # The GPUs each node's ranks see, as a scheduler would set them: node-01's ranks get the node's GPUs
 # 4-7, so local rank 2 computes on GPU 6 (the client maps the CUDA ordinal back).
 VISIBLE_DEVICES = {"node-01": "4,5,6,7"}
@@ -63,6 +67,9 @@ class Cluster:
                  "--no-collector.gpu", "--collector.steps", f"--push.median-window={median_window}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environ(),
             ))
+        # Prometheus starts once every daemon answers, as on a cluster where the DaemonSet runs before jobs
+        # do: scraped while still importing, a daemon is down (`up == 0`), and FleetscopeDown fires after 30 s.
+        self.wait_ready(READY_TIMEOUT)
         interval = f"{self.scrape_seconds:g}s"
         timeout = f"{min(self.scrape_seconds, 10):g}s"
         config: dict[str, Any] = {
@@ -81,6 +88,22 @@ class Cluster:
         self.prometheus.start(config)
         self.watcher = AlertWatcher(self.prometheus.alerts)
         self.watcher.start()
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(range(self.nodes))
+        while pending:
+            for index in sorted(pending):
+                daemon = self.daemons[index]
+                log = os.path.join(self.workdir, f"{self.node(index)}.log")
+                if daemon.poll() is not None:
+                    raise RuntimeError(f"{self.node(index)}'s daemon exited with {daemon.returncode}; see {log}")
+                if answers_ok(self.url(index) + "/readyz"):
+                    pending.discard(index)
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"daemons not ready after {timeout:g}s: {[self.node(i) for i in sorted(pending)]}")
+            if pending:
+                time.sleep(0.3)
 
     def launch(self, job: str, ranks: int, per_node: int, master_port: int, *args: str, first_node: int = 0) -> None:
         """``ranks`` ranks of ``job``, ``per_node`` on each node in order from ``first_node``; ``args`` go to
