@@ -69,8 +69,18 @@ def test_the_reference_case_runs_on_the_cpu(tmp_path: Path, monkeypatch: pytest.
         assert results["cases"][case]["tracker"]["errors"] == 0
     stall = results["summary"]["stall"]
     per_step = stall["per_step"]
-    # On the CPU the host is the device: the loader's time is the wait, and the independent measure agrees.
-    assert per_step["fetch_seconds"]["mean"] >= 0.03
+    # On the CPU the host is the device: the loader's time is the wait.
     assert per_step["data_seconds"]["mean"] == pytest.approx(per_step["fetch_seconds"]["mean"])
-    assert stall["idle_wall_minus_no_stall_busy"] == pytest.approx(per_step["data_seconds"]["mean"], rel=0.3)
+    # The independent measure, on the same steps and clock (not a second run's, which a loaded machine stretches
+    # by its own amount): the dataset timed its 30 ms stall itself, and each data phase holds that call.
     assert stall["getitem_per_step"] >= 0.03
+    assert per_step["data_seconds"]["mean"] >= stall["getitem_per_step"]
+    # Each step is booked once: the measured steps after the first fit between the first's end and the last's.
+    window = sorted((s for s in results["cases"]["stall"]["steps"] if 2 < s["step"] <= 2 + 8), key=lambda s: s["step"])
+    assert len(window) == stall["measured_steps"] == 8
+    span = window[-1]["timestamp"] - window[0]["timestamp"]
+    assert sum(s["step_seconds"] for s in window[1:]) <= span + 1e-3
+    assert stall["wall_per_step"] == pytest.approx(span / 7)
+    # The reference figure: the stalled run's wall less the no-stall run's busy time (on the CPU, its wall).
+    no_stall = results["summary"]["no_stall"]
+    assert stall["idle_wall_minus_no_stall_busy"] == pytest.approx(stall["wall_per_step"] - no_stall["wall_per_step"])
