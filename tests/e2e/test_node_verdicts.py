@@ -41,9 +41,10 @@ pytestmark = pytest.mark.e2e
 CLUSTERS = {"a": [f"a{i:02d}" for i in range(10)], "b": [f"b{i:02d}" for i in range(10)]}
 OFFENDERS = {"a03", "b00", "b01", "b02"}
 DAY = 86400
-# Rules as in production, evaluated every second instead of every 10 minutes (their counts do not
+# Rules as in production, evaluated every second instead of every 3 or 10 minutes (their counts do not
 # depend on it), and only the groups under test.
-SETTINGS = dataclasses.replace(PRODUCTION, evaluation_interval="1s", repeat_interval="1s")
+SETTINGS = dataclasses.replace(PRODUCTION, evaluation_interval="1s", slow_evaluation_interval="1s",
+                               repeat_interval="1s")
 GROUPS = {"fleetscope-repeat-offenders", "fleetscope"}
 
 
