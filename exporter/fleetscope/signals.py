@@ -109,7 +109,8 @@ JOB_HANG_THRESHOLD = "training_job:fleetscope_training_progress:hang_threshold_s
 # Hung jobs only: those without progress for longer than their threshold (value: when they last made progress).
 JOB_HUNG = "training_job:fleetscope_training_progress:hung"
 # Ranks their peers wait for: outside a collective (label `phase` = data, compute or idle; value: when they
-# entered it) for 2x the job's median step time and at least 20 s, while most of the job's ranks wait in one.
+# entered it) for 2x the job's median step time and at least 15 s as of their node's last scrape, while most of
+# the job's ranks wait in one.
 # A job with such a rank is hung at once, whatever its threshold.
 RANK_AWAITED = "rank:fleetscope_training_phase_start_timestamp_seconds:awaited_by_peers"
 # The hang suspects: the awaited ranks, and in hung jobs the ranks not waiting in a collective (label `phase` =

@@ -48,7 +48,7 @@ def test_e2e_preset_keeps_the_production_thresholds() -> None:
     thresholds = [f.name for f in dataclasses.fields(Settings) if isinstance(getattr(PRODUCTION, f.name), float)]
     changed = {name for name in thresholds if getattr(PRODUCTION, name) != getattr(E2E, name)}
     # The durations a job waits before a hang or silence is declared, compressed with everything else; the fast
-    # path (a rank its peers wait for, 20 s at least) runs at production values.
+    # path (a rank its peers wait for, 15 s at least) runs at production values.
     assert changed == {"hang_min_seconds", "hang_max_seconds", "hang_pause_seconds", "silent_after_seconds"}
 
 

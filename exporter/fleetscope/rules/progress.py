@@ -11,9 +11,9 @@ never calls). A rank whose process is gone without saying goodbye is dead:
 its own alert, and no hang alert for its job.
 
 How long to wait (#26 item 3): a rank outside a collective that most of its
-job's ranks wait for in one is *awaited*, and named once it has been there for
-twice the job's median step time (20 s at least), whatever the job's
-threshold. A pause is no hang: a rank in a phase of the job's own naming
+job's ranks wait for in one is *awaited*, and named once its node's last scrape
+saw it there for twice the job's median step time (15 s at least), whatever
+the job's threshold. A pause is no hang: a rank in a phase of the job's own naming
 (``tracker.phase("checkpoint")``), every rank in the same phase of its own
 work or between steps (a checkpoint, an evaluation, a recompilation; not every
 rank waiting for data: that is a storage outage) or a restarted rank not yet
@@ -153,10 +153,16 @@ def hang_threshold(s: Settings) -> str:
 
 def awaited(s: Settings) -> str:
     """Ranks outside a collective that most of their job waits for in one, there for long enough (value: when
-    they entered their phase, a label); only ranks through a step in their process."""
+    they entered their phase, a label); only ranks through a step in their process.
+
+    How long is counted up to the scrape that last saw the rank there, not up to now: a sample is up to a
+    scrape interval old when a rule reads it, and a rank seen 9 s into a 10 s step's compute read 21 s at an
+    evaluation 12 s later, a false hang of a healthy job. A rank that stays (or whose reports stop) is seen
+    there again at every scrape."""
     phase = RANK_PHASE + f'{{phase=~"{AWAITED}"}}'
     long_enough = (
-        f"time() - clamp_min({num(s.hang_awaited_step_multiple)} * {JOB_STEP}, {num(s.hang_awaited_min_seconds)})"
+        f"timestamp({sel(s, str(training.PHASE_START_TIMESTAMP_SECONDS))}) - on (training_job) group_left () "
+        f"clamp_min({num(s.hang_awaited_step_multiple)} * {JOB_STEP}, {num(s.hang_awaited_min_seconds)})"
     )
     most_wait = (
         f'{JOB_PHASE_RANKS}{{phase="{WAITING_PHASE}"}}\n'
@@ -166,7 +172,7 @@ def awaited(s: Settings) -> str:
         f"(\n  {_since(s)}\n"
         f"    * on ({RANK_KEY}) group_left (phase)\n  {phase}\n"
         f"    and on ({RANK_KEY})\n  {sel(s, str(training.LAST_STEP))}\n)\n"
-        f"  < on (training_job) group_left ()\n({long_enough})\n"
+        f"  < on ({RANK_KEY}) group_left ()\n{long_enough}\n"
         f"  and on (training_job)\n(\n  {indent(most_wait)}\n)"
     )
 

@@ -80,11 +80,13 @@ class Settings:
     slowdown_baseline_offset: str = "1h"
     slowdown_for: str = "15m"
     # Hangs (docs/runbooks.md#trainingjobhang). A rank outside a collective (data, compute, idle) that most of
-    # its job's ranks wait for in one (hang_awaited_share of those that report) is named once it has been
-    # there for hang_awaited_step_multiple x the job's median step time, and at least hang_awaited_min_seconds
-    # (a rank that has not completed a step in its process yet, or in a phase of the job's own naming, never).
+    # its job's ranks wait for in one (hang_awaited_share of those that report) is named once its node's last
+    # scrape saw it there for hang_awaited_step_multiple x the job's median step time, and at least
+    # hang_awaited_min_seconds (a rank that has not completed a step in its process yet, or in a phase of the
+    # job's own naming, never). 15 s: at 15 s scrapes and evaluations, the next scrape, the recording group and
+    # the alert group add up to 45 s more, so a hung rank is named within 60 s of its stall.
     hang_awaited_step_multiple: float = 2.0
-    hang_awaited_min_seconds: float = 20.0
+    hang_awaited_min_seconds: float = 15.0
     hang_awaited_share: float = 0.5
     # Otherwise a job is hung after no step for hang_step_multiple x its median step time, clamped...
     hang_step_multiple: float = 10.0  # DLRover: 10x the typical step time...
