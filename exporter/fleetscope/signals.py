@@ -58,7 +58,7 @@ STRAGGLER_CAUSES: dict[str, str] = {
 
 # -- training: phases and pace ------------------------------------------------------------------------
 
-# Median over a job's ranks of each rank's rolling-median step time.
+# Median over a job's running ranks (not those that said goodbye) of each rank's rolling-median step time.
 JOB_STEP = "training_job:fleetscope_training_step_seconds_median:median"
 # Share of a rank's step time spent waiting for data / in exposed communication (rates over the window).
 RANK_DATA_SHARE = "rank:fleetscope_training_data_seconds_per_step_seconds:ratio_rate"

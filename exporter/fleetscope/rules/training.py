@@ -31,6 +31,7 @@ from fleetscope.signals import (
     RANK_COMM_SHARE_TYPICAL,
     RANK_COMPUTE_RATIO,
     RANK_COMPUTE_RATIO_SMOOTHED,
+    RANK_ENDED,
     RANK_GPU,
     RANK_KEY,
     STAGE_COMPUTE,
@@ -115,7 +116,11 @@ def pace_rules(s: Settings) -> Group:
     """A job's pace and where its ranks' time goes: read by alerts that wait 10m or more, the goodput rules, the
     hang threshold and the dashboards, none of which needs them every 30s; at ``record_evaluation_interval``."""
     w = s.share_window
-    rules = [Record(JOB_STEP, f"quantile by ({JOB_KEY}) (0.5, {sel(s, training.STEP_SECONDS_MEDIAN)})")]
+    # Ranks that said goodbye keep their last medians for a while (the last scrapes see their final counts): a
+    # job's pace is its running ranks'. Frozen, an ended job read as slower than itself 3 minutes before (its
+    # first steps ran on the loader's prefetched batches) and raised TrainingJobSlowdown after it finished.
+    running = f"{sel(s, training.STEP_SECONDS_MEDIAN)}\n    unless on ({RANK_KEY})\n  {RANK_ENDED}"
+    rules = [Record(JOB_STEP, f"quantile by ({JOB_KEY}) (\n  0.5,\n  {running}\n)")]
     step_rate = f"rate({sel(s, training.STEP_SECONDS_TOTAL)}[{w}])"
     parts = {"data": training.DATA_SECONDS_TOTAL, "comm": training.COMM_SECONDS_TOTAL}
     for part, counter in parts.items():
