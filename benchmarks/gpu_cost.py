@@ -44,13 +44,15 @@ class _Counted:
     def __call__(self, *args: Any) -> Any:
         if threading.get_ident() != self._counter.thread:
             return self._function(*args)
-        if self._name == "nvmlDeviceGetFieldValues":
-            self._counter.fields += int(getattr(args[1], "value", args[1]))
         started = time.perf_counter()
+        result: Any = None
         try:
-            return self._function(*args)
+            result = self._function(*args)
+            return result
         finally:
             self._counter.record(self._name, time.perf_counter() - started)
+            if self._name == "nvmlDeviceGetFieldValues":
+                self._counter.record_fields(args, result)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._function, name)
@@ -68,6 +70,7 @@ class NativeCallCounter:
         self.thread = threading.get_ident()
         self.calls: dict[str, list[float]] = {}  # symbol -> [calls, seconds]
         self.fields = 0
+        self.by_field: dict[tuple[int, bool], int] = {}  # (field id, answered) -> times asked
 
     def __getattr__(self, name: str) -> Any:
         return _Counted(name, getattr(self.library, name), self)
@@ -76,6 +79,22 @@ class NativeCallCounter:
         spent = self.calls.setdefault(name, [0, 0.0])
         spent[0] += 1
         spent[1] += seconds
+
+    def record_fields(self, args: tuple[Any, ...], result: Any) -> None:
+        """The fields one ``nvmlDeviceGetFieldValues(handle, count, values)`` asked, each answered or refused."""
+        count = int(getattr(args[1], "value", args[1]))
+        self.fields += count
+        if result != 0:  # the call failed: no field was answered or refused
+            return
+        values = getattr(args[2], "_obj", args[2])  # byref(array) or the array
+        for i in range(count):
+            key = (int(values[i].fieldId), int(values[i].nvmlReturn) == 0)
+            self.by_field[key] = self.by_field.get(key, 0) + 1
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.fields = 0
+        self.by_field.clear()
 
     def total(self) -> tuple[int, int, float]:
         """(calls, fields, seconds inside the library) so far."""
@@ -138,8 +157,7 @@ def collector_cost(cycles: int, settings: dict[str, Any] | None = None, interval
             with meter.cycle(first):
                 families = collector.collect()
             first_calls, first_fields, _ = counter.total()
-            counter.calls.clear()
-            counter.fields = 0
+            counter.reset()
             for _ in range(cycles):
                 clock[0] += interval
                 with meter.cycle(spent):
@@ -174,6 +192,10 @@ def collector_cost(cycles: int, settings: dict[str, Any] | None = None, interval
         "first_cycle_fields": first_fields,
         "by_symbol": {name: {"calls_per_cycle": c / cycles, "us_per_call": round(s / c * 1e6, 1)}
                       for name, (c, s) in sorted(counter.calls.items(), key=lambda kv: -kv[1][1])},
+        # field id -> how often it was answered and refused per cycle (what a latency model charges per field)
+        "by_field": {str(field_id): {"answered_per_cycle": counter.by_field.get((field_id, True), 0) / cycles,
+                                     "refused_per_cycle": counter.by_field.get((field_id, False), 0) / cycles}
+                     for field_id in sorted({f for f, _ in counter.by_field})},
     }
 
 
@@ -226,12 +248,39 @@ def _scenario_file(scenario: str, scratch: str) -> str:
 
 
 def predicted_nvml_ms(real: dict[str, Any], latency: str) -> float:
-    """What the latency model books for the call mix a real run made (its calls and fields per cycle)."""
+    """What the latency model books for the call mix a real run made: its calls per cycle, and its fields per
+    cycle by id, answered or refused (a run recorded before fields were counted by id: each charged the model's
+    figure for a field without one of its own)."""
     from fleetscope_sim.nvml_fake import LatencyModel
 
     model = LatencyModel.named(latency)
     us = sum(entry["calls_per_cycle"] * model.call_us(name) for name, entry in real["by_symbol"].items())
-    return round((us + real["fields_per_cycle"] * model.field_us) / 1000, 3)
+    if "by_field" in real:
+        us += sum(entry["answered_per_cycle"] * model.field_cost_us(int(field_id))
+                  + entry["refused_per_cycle"] * model.field_cost_us(int(field_id), answered=False)
+                  for field_id, entry in real["by_field"].items())
+    else:
+        us += real["fields_per_cycle"] * model.field_us
+    return round(us / 1000, 3)
+
+
+def field_split(result: dict[str, Any], latency: str) -> dict[str, float]:
+    """A run's field values per cycle on the latency model, in ms, by what they read (energy, the throttle
+    times, PCIe counters, NVLink, the rest), from its fields counted by id."""
+    from fleetscope.sources.nvml_h import FIELDS_BY_ID
+    from fleetscope_sim.nvml_fake import LatencyModel
+
+    model = LatencyModel.named(latency)
+    split: dict[str, float] = {}
+    for field_id, entry in result.get("by_field", {}).items():
+        known = FIELDS_BY_ID.get(int(field_id))
+        value = (known.value or "nvlink") if known else "other"
+        group = ("nvlink" if value.startswith("nvlink") else "pcie" if value.startswith("pcie")
+                 else value if value in ("energy", "throttle_seconds") else "other")
+        us = (entry["answered_per_cycle"] * model.field_cost_us(int(field_id))
+              + entry["refused_per_cycle"] * model.field_cost_us(int(field_id), answered=False))
+        split[group] = split.get(group, 0.0) + us / 1000
+    return {group: round(ms, 3) for group, ms in split.items()}
 
 
 def markdown(results: list[dict[str, Any]]) -> list[str]:

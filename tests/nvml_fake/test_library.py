@@ -231,11 +231,15 @@ def test_a_latency_model_books_what_each_call_costs_without_waiting() -> None:
         started, before = time.monotonic(), fake.booked().modelled_seconds
         pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)  # the first call: 1,980 µs
         pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)  # then 1,724 µs
-        pynvml.nvmlDeviceGetFieldValues(handle, [3, 4, 82])  # 234 µs a field
+        # each field its own figure: ECC 7.7 µs, energy 3,446.4 µs, an NVLink state (no figure of its own)
+        # 232.5 µs, retired pages refused 6.4 µs; NVML's latencyUsec says the same
+        values = pynvml.nvmlDeviceGetFieldValues(handle, [3, 83, (165, 0), 29])
+        assert [v.latencyUsec for v in values] == [8, 3446, 232, 6]
+        assert [v.nvmlReturn for v in values] == [0, 0, 0, pynvml.NVML_ERROR_NOT_SUPPORTED]
         with pytest.raises(pynvml.NVMLError_NotSupported):
             pynvml.nvmlDeviceGetFanSpeed(handle)  # refused, and it costs what the real refusal cost
         booked = fake.booked().modelled_seconds - before
-        assert booked == pytest.approx((1980 + 1724.2 + 3 * 234 + 615) / 1e6)
+        assert booked == pytest.approx((1980 + 1724.2 + 7.7 + 3446.4 + 232.5 + 6.4 + 615) / 1e6)
         assert time.monotonic() - started < booked + 0.5  # virtual: nothing slept
         other: list[float] = []
         worker = threading.Thread(target=lambda: other.append(
@@ -243,7 +247,7 @@ def test_a_latency_model_books_what_each_call_costs_without_waiting() -> None:
         worker.start()
         worker.join(5)
         assert other == [pytest.approx(1024 / 1e6)]  # each thread's calls are its own
-        assert fake.fields_asked[82] == 1 and fake.booked().own_seconds > 0
+        assert fake.fields_asked[83] == 1 and fake.booked().own_seconds > 0
         pynvml.nvmlShutdown()
 
 
@@ -257,8 +261,11 @@ def test_latency_models_by_name_inline_and_from_a_capture() -> None:
         LatencyModel.from_data({"field": 3})
     captured = LatencyModel.from_capture({"nvmlDeviceGetFieldValues": {"calls": 1, "ms": 5.525},
                                          "nvmlDeviceGetClockInfo": {"calls": 3, "ms": 0.52}})
-    assert captured.cost_us("nvmlDeviceGetFieldValues", fields=21) == pytest.approx(5525)
+    assert captured.cost_us("nvmlDeviceGetFieldValues", fields=[(83, True)] * 21) == pytest.approx(5525)
     assert captured.call_us("nvmlDeviceGetClockInfo") == pytest.approx(173.3, abs=0.1)
+    per_field = LatencyModel.of({"fields_us": {83: 3000}, "field_us": 200})
+    assert per_field.cost_us("nvmlDeviceGetFieldValues", fields=[(83, True), (3, True), (29, False)]) == 3400
+    assert LatencyModel.of({"field_us": 200, "refused_field_us": 5}).field_cost_us(83, answered=False) == 5
 
 
 def test_new_fields_gpm_pcie_rates_and_nvlink_totals() -> None:

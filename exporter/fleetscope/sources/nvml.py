@@ -7,10 +7,13 @@ and remember that; ``GPU_IS_LOST`` marks that one GPU lost (the others keep
 reporting) and it is retried after ``lost_retry`` seconds; no library at all
 is :class:`~fleetscope.errors.NoHardware`.
 
-NVML costs time. On a real H100 (driver 580) a field value costs about 0.23 ms,
-``nvmlDeviceGetMaxClockInfo`` 1.7 ms, ``nvmlDeviceGetPcieThroughput`` 21 ms (it
-samples a 20 ms window), most other getters 2-150 µs. So each value has a cost
-class and is read only as often as its signal needs:
+NVML costs time. On a real H100 (driver 580) ``nvmlDeviceGetMaxClockInfo`` costs
+1.7 ms, ``nvmlDeviceGetPcieThroughput`` 21 ms (it samples a 20 ms window), most
+other getters 2-150 µs. A field value costs what its source costs: 2-10 µs for
+the counters the driver keeps (ECC, row remapping, recovery action), 0.1-0.3 ms
+for each PCIe counter, 0.7-0.9 ms for the hardware throttle times and 3.5 ms for
+energy (``nvmlDeviceGetTotalEnergyConsumption`` costs as much). So each value has
+a cost class and is read only as often as its signal needs:
 
 * ``constant``: identity, temperature thresholds, maximum clocks and PCIe link,
   NVLink link count, GPM support. Read once per GPU, and again when the GPU comes

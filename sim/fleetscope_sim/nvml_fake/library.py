@@ -248,10 +248,12 @@ class CFunction:
         if fake.latency is None:
             return self._impl(*args)
         started = time.thread_time()
+        result: Any = None
         try:
-            return self._impl(*args)
+            result = self._impl(*args)
+            return result
         finally:
-            fake._book(self.__name__, args, time.thread_time() - started)
+            fake._book(self.__name__, args, result, time.thread_time() - started)
 
 
 def _value(arg: Any) -> int:
@@ -426,10 +428,13 @@ class FakeNvml:
         """What the calls of ``thread`` (default: the calling thread) cost on the latency model so far."""
         return self._booked.setdefault(threading.get_ident() if thread is None else thread, Booked())
 
-    def _book(self, name: str, args: tuple[Any, ...], own_seconds: float) -> None:
+    def _book(self, name: str, args: tuple[Any, ...], result: Any, own_seconds: float) -> None:
         assert self.latency is not None
         device = _first_key(args[0]) if args and name.startswith("nvmlDevice") else 0
-        fields = _value(args[1]) if name == "nvmlDeviceGetFieldValues" and len(args) > 1 else 0
+        fields: list[tuple[int, bool]] = []
+        if name == "nvmlDeviceGetFieldValues" and result == SUCCESS:  # each field as answered or refused
+            values = _out(args[2])
+            fields = [(int(values[i].fieldId), values[i].nvmlReturn == SUCCESS) for i in range(_value(args[1]))]
         with self._calls_lock:
             first = (name, device) not in self._called
             self._called.add((name, device))
@@ -765,12 +770,13 @@ class FakeNvml:
             slot = values[i]
             self.fields_asked[int(slot.fieldId)] += 1
             slot.timestamp = now_us
-            slot.latencyUsec = 0
             try:
                 value_type, value = self._field(gpu, int(slot.fieldId), int(slot.scopeId))
             except Refused as refused:
                 slot.nvmlReturn = refused.code
+                slot.latencyUsec = self._field_latency(int(slot.fieldId), False)
                 continue
+            slot.latencyUsec = self._field_latency(int(slot.fieldId), True)
             slot.nvmlReturn = SUCCESS
             slot.valueType = value_type
             if value_type == VALUE_TYPE_UINT:
@@ -778,6 +784,10 @@ class FakeNvml:
             else:
                 slot.value.ullVal = value
         return SUCCESS
+
+    def _field_latency(self, field_id: int, answered: bool) -> int:
+        """``latencyUsec`` as the driver reports it: what the model charges the field (0 without a model)."""
+        return 0 if self.latency is None else round(self.latency.field_cost_us(field_id, answered))
 
     # -- GPM -------------------------------------------------------------------------------------
 
