@@ -392,9 +392,12 @@ def cost_figures(results: dict[str, Any]) -> dict[str, Any]:
     device = ", ".join(line.split(":", 1)[1].strip() for line in smi.splitlines()
                        if line.startswith(("Product Name", "Driver Version")))
     runs = [{**_value(results, step), "label": label} for step, label in COST_RUNS if _value(results, step)]
-    for run_ in runs:
-        run_.pop("by_symbol", None)
-    return {"date": results.get("started", ""), "device": device, "runs": runs}
+    figures: dict[str, Any] = {"date": results.get("started", ""), "device": device, "runs": runs}
+    # each field alone and the batches, idle and under load: where a field-value call's time goes
+    fields = {name: _value(results, step) for name, step in (("idle", "fields_idle"), ("load", "fields_load"))}
+    if any(fields.values()):
+        figures["fields"] = {name: value for name, value in fields.items() if value}
+    return figures
 
 
 def cost_section(results: dict[str, Any]) -> list[str]:

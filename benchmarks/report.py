@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.gpu_cost import LATENCY_MODEL, markdown, real_results
+from benchmarks.gpu_cost import LATENCY_MODEL, field_split, markdown, real_results
 from benchmarks.measure import Environment, NodeResults, Profiles, PushResults, Settings
 from benchmarks.nccl import NcclResults
 from benchmarks.nccl import render as render_nccl
@@ -567,39 +568,142 @@ def _gpu(add: Add, r: Results) -> None:
         add("Not run.")
         add("")
         return
-    add("NVML calls are not free: on a real H100 (driver 580) a field value costs about 0.23 ms, "
-        "`nvmlDeviceGetMaxClockInfo` 1.7 ms, `nvmlDeviceGetPcieThroughput` 21 ms (a 20 ms sample). The NVML fake "
-        f"books each call what it cost there (`{LATENCY_MODEL}`, `sim/fleetscope_sim/nvml_fake/scenarios/latency/`) "
-        "on a virtual clock; a cycle costs the collector's own CPU time plus that NVML time. "
+    real = real_results()
+    add("NVML calls are not free: on a real H100 (driver 580) `nvmlDeviceGetMaxClockInfo` costs 1.7 ms, "
+        "`nvmlDeviceGetPcieThroughput` 21 ms (a 20 ms sample), and a field value what its source costs: 2-10 µs "
+        "for most, 0.1-0.3 ms for each PCIe counter, 0.7-0.9 ms for the hardware throttle times, 3.5 ms for energy "
+        "(the table below). The NVML fake books each call and each field what it cost there "
+        f"(`{LATENCY_MODEL}`, `sim/fleetscope_sim/nvml_fake/scenarios/latency/`) on a virtual clock; NVLink's "
+        "fields, which that node (no NVLink) refused, are charged what a PCIe counter costs, an assumption the "
+        "model file explains. A cycle costs the collector's own CPU time plus that NVML time. "
         f"{r.gpu[0]['cycles']} cycles after the first, on a clock stepped {r.gpu[0]['interval_s']:.0f} s per cycle "
         "(the default interval), so each GPU's slow values (every 60 s, the GPUs spread over the minute) and the "
         "retries of NOT_SUPPORTED answers (every 10 minutes) come due as in a daemon. The first cycle reads "
         "identities and constants.")
     add("")
-    lines = markdown(r.gpu)
-    for line in lines:
+    for line in markdown(r.gpu):
         add(line)
     add("")
-    add("Before #25 the same model gave 572 ms per cycle for the p5 (71.5 ms per GPU: 241 calls and 744 field "
-        "values per cycle; each GPU's 2 x 20 ms PCIe samples, 3 maximum clocks, 2 temperature thresholds, a fan "
-        "that answers NOT_SUPPORTED, and 93 field values, 72 of them per-link NVLink, every cycle; the issue "
-        "measured 588 ms). Now constants are read once per GPU, PCIe throughput comes from GPM (the byte "
-        "counters without GPM), NOT_SUPPORTED is asked again after 10 minutes, and every field value, "
-        "NVLink's included, is a slow value. How a field value's cost splits between fields was not measured "
-        "(every field is charged the same 234 µs, per-link NVLink fields too: no NVLink on the measured node); "
-        "`scripts/h100-session` measures each field alone on a real GPU.")
+    p5 = r.gpu[0]
+    with contextlib.suppress(Exception):  # the split needs fleetscope_sim and fields counted by id
+        split = field_split(p5, LATENCY_MODEL)
+        names = {"energy": "energy", "nvlink": "NVLink (assumed)", "throttle_seconds": "the throttle times",
+                 "pcie": "PCIe counters", "other": "the rest"}
+        parts = ", ".join(f"{names.get(group, group)} {value:.2f} ms"
+                          for group, value in sorted(split.items(), key=lambda kv: -kv[1]))
+        gauges = (p5["nvml_ms_per_cycle"] - sum(split.values())) / p5["gpus"]
+        add(f"Of the p5's {p5['nvml_ms_per_cycle']} ms in NVML per cycle, {sum(split.values()):.2f} ms are the "
+            f"field values of its slow reads: {parts}. A GPU's slow read comes once a minute, for one or two "
+            f"GPUs a cycle (hence the p95); the gauges read every cycle cost {gauges:.2f} ms of NVML per GPU.")
+        add("")
+    add("Before #25 the same model (then 234 µs for every field) gave 572 ms per cycle for the p5 (71.5 ms per "
+        "GPU: 241 calls and 744 field values per cycle; each GPU's 2 x 20 ms PCIe samples, 3 maximum clocks, 2 "
+        "temperature thresholds, a fan that answers NOT_SUPPORTED, and 93 field values, 72 of them per-link "
+        "NVLink, every cycle; the issue measured 588 ms). Now constants are read once per GPU, PCIe throughput "
+        "comes from GPM (the byte counters without GPM), NOT_SUPPORTED is asked again after 10 minutes, and every "
+        "field value, NVLink's included, is a slow value, read at once when NVML posts an error event for the GPU.")
     add("")
-    real = real_results()
-    if real:
-        add(f"On the real GPU ({real.get('device', '')}, {real.get('date', '')}, `scripts/h100-session`):")
-        add("")
-        for line in markdown(real.get("runs", [])):
-            add(line)
-        add("")
-    else:
+    if not real:
         add("No real-GPU session's figures are committed yet (`benchmarks/real_h100_cost.json`, written by "
             "`scripts/h100-session` as `cost.json`).")
         add("")
+        return
+    _gpu_real(add, r, real)
+
+
+def _gpu_real(add: Add, r: Results, real: dict[str, Any]) -> None:
+    """The real GPU's figures beside the model's for the same node, and where a field-value call's time goes."""
+    add(f"### On a real H100 ({real.get('device', '')}, {real.get('date', '')}, `scripts/h100-session`)")
+    add("")
+    captured = [g for g in r.gpu or [] if g.get("gpus") == 1]
+    rows = [run_ for run_ in real.get("runs", []) if run_.get("on") == "real NVML"]
+    add("Real NVML (wall time per cycle) idle and under a bf16 matmul load, beside the model's figures for a node "
+        "like it (the `h100_real` capture: one H100 in a VM, no NVLink, on the model as it is now). The session's "
+        "own model rows, on the model as it was then, are in `benchmarks/real_h100_cost.json`.")
+    add("")
+    for line in markdown(rows + [{**g, "label": "latency model, the same node (h100_real capture)"}
+                                 for g in captured]):
+        add(line)
+    add("")
+    fields = real.get("fields") or {}
+    idle, load = fields.get("idle"), fields.get("load")
+    if not idle:
+        return
+    model: Any = None
+    with contextlib.suppress(Exception):
+        from fleetscope_sim.nvml_fake import LatencyModel
+
+        model = LatencyModel.named(LATENCY_MODEL)
+    add("### Where a field-value call's time goes")
+    add("")
+    add(f"`nvmlDeviceGetFieldValues` with one field, median of {idle.get('repeats', '?')} calls, idle and under "
+        "load; NVML's own `latencyUsec` for the field; what the model charges it (answered, or refused as on that "
+        "node).")
+    add("")
+    add("| field | reading | answer | µs idle | µs load | latencyUsec idle | model µs |")
+    add("|---|---|---|---|---|---|---|")
+    for field_id, entry in sorted(idle["alone"].items(), key=lambda kv: int(kv[0])):
+        under = (load or {}).get("alone", {}).get(field_id, {})
+        charged = "" if model is None else f"{model.field_cost_us(int(field_id), entry['answer'] == 'ok'):g}"
+        add(f"| {field_id} | {entry['what']} | {entry['answer']} | {entry['us']} | {under.get('us', '')} | "
+            f"{entry['nvml_latency_us']} | {charged} |")
+    add("")
+    add("| batch, one call | fields | µs idle | µs load | the same fields alone, idle |")
+    add("|---|---|---|---|---|")
+    report_ids = (3, 4, 5, 6, 29, 30, 31, 82, 83, 94, 142, 143, 144, 145, 74, 76, 269, 270, 271, 230, 91)
+    members = {"every candidate": list(idle["alone"]),
+               "those answered": [i for i, e in idle["alone"].items() if e["answer"] == "ok"],
+               "the 21 of the report": [str(i) for i in report_ids]}
+    for name, entry in idle.get("batches", {}).items():
+        under = (load or {}).get("batches", {}).get(name, {})
+        alone = sum(idle["alone"][i]["us"] for i in members.get(name, []) if i in idle["alone"])
+        add(f"| {name} | {entry['fields']} | {entry['us']} | {under.get('us', '')} | {alone:.1f} |")
+    add("")
+    ranked = sorted(((idle["alone"][i]["us"], i) for i in members["the 21 of the report"] if i in idle["alone"]),
+                    reverse=True)
+    total = sum(us_ for us_, _ in ranked)
+    top = ranked[:4]
+    add(f"**Why 21 fields cost 4.9 ms** (the first session's collector, one call per cycle under load; "
+        f"`h100-2026-11-26`): {len(top)} of them carry {sum(u for u, _ in top) / total:.0%} of what the 21 cost "
+        "alone: " + ", ".join(f"{idle['alone'][i]['what']} ({i}) {u:,.0f} µs" for u, i in top)
+        + f"; the other {len(ranked) - len(top)} cost {min(u for u, _ in ranked[len(top):]):g}-"
+        f"{max(u for u, _ in ranked[len(top):]):g} µs each, NOT_SUPPORTED answers included. Energy and the "
+        "hardware throttle times come from the GPU's power management, the PCIe counters from the device; the "
+        "rest the driver keeps itself. In one call the 21 cost less than their sum (energy and the throttle "
+        "times seem to share one query), so the reader asks a GPU's fields in one batch per slow read. "
+        "`nvmlDeviceGetTotalEnergyConsumption` is no cheaper than the energy field (3.3-3.6 ms per call in the "
+        "session's captures, 17 ms as a process's first call), so energy stays in the batch.")
+    add("")
+    _p5_pays(add, r, real, model)
+
+
+def _p5_pays(add: Add, r: Results, real: dict[str, Any], model: Any) -> None:
+    """The slow reads' field values on a p5, per GPU and read, and why their cadence is acceptable."""
+    p5 = (r.gpu or [{}])[0]
+    split: dict[str, float] = {}
+    with contextlib.suppress(Exception):
+        split = field_split(p5, LATENCY_MODEL)
+    if not split or model is None:
+        return
+    per_read = 60.0 / p5["interval_s"] / p5["gpus"]  # a cycle's share -> one GPU's slow read (every 60 s)
+    nvlink = split.get("nvlink", 0.0) * per_read
+    answered = (sum(split.values()) - split.get("nvlink", 0.0)) * per_read
+    measured = ""
+    for run_ in real.get("runs", []):
+        batch = run_.get("by_symbol", {}).get("nvmlDeviceGetFieldValues")
+        if run_.get("label") == "real NVML, under load" and batch:
+            measured = (f" ({batch['us_per_call'] / 1000:.1f} ms measured, mean of "
+                        f"{round(batch['calls_per_cycle'] * run_['cycles'])} reads)")
+    add(f"**What a p5 pays, and why that is acceptable.** Per GPU and slow read (once a minute): the fields the "
+        f"H100 answered, {answered:.1f} ms under load by the figures above{measured}, and its NVLink fields "
+        f"(18 link states, 4 error totals: {nvlink:.1f} ms if each costs what a PCIe counter costs; unmeasured). "
+        f"About {(answered + nvlink) * p5['gpus']:.0f} ms of NVML a minute for {p5['gpus']} GPUs, 1-2 GPUs per "
+        f"{p5['interval_s']:.0f} s cycle. These are counters and error states: their alerts read windows of 5 "
+        "minutes or more or hold a state for a minute, and the error states are read at once when NVML posts "
+        "the ECC, retirement or recovery-action event that moves them, so a shorter cadence would buy no "
+        "earlier alert at six times the cost. At `--collector.gpu.detail=all` the 54 per-link DL counters add "
+        f"{54 * model.field_us / 1000:.1f} ms per GPU and slow read on the same assumption.")
+    add("")
 
 
 def _profiles(add: Add, r: Results) -> None:
@@ -691,7 +795,9 @@ def render(r: Results, date: str, quick: bool, wall_seconds: float) -> str:
     add("")
     add("Options: `--duration SECONDS` (sustained CPU/RSS window, default 60), `--scrape-seconds SECONDS` and "
         "`--repeat N` (side-by-side window and runs, default 120 and 3), `--parts` (a subset of the parts, for "
-        "a quick look: the report then leaves the others out), `--quick` (smoke test), `--out FILE`, "
+        "a quick look: the report then leaves the others out), `--update` (with `--parts gpu`, `nccl` or "
+        "`profiles`: only their sections are measured again and put into the report, the rest kept), "
+        "`--quick` (smoke test), `--out FILE`, "
         "`--workdir DIR` (keep trees and daemon logs).")
     add("")
     env = r.env
@@ -715,4 +821,70 @@ def render(r: Results, date: str, quick: bool, wall_seconds: float) -> str:
     _gpu(add, r)
     _profiles(add, r)
     _kubernetes(add, r)
+    return "\n".join(lines) + "\n"
+
+
+# -- updating one part's sections in a report already written ------------------------------------
+
+# The parts whose sections depend on nothing else they measured, and those sections' headings: they can be
+# measured again alone and put into the last full report (--update), with their targets' headline rows.
+UPDATABLE: dict[str, tuple[str, ...]] = {"gpu": ("## 6c.",), "nccl": ("## 6b.",), "profiles": ("## 7.",)}
+_MISSES = "Where targets are missed"
+
+
+def _section(lines: list[str], heading: str) -> tuple[int, int] | None:
+    """Where the level-2 section starting with ``heading`` is: [start, end) of its lines."""
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return start, end
+
+
+def update(old: str, r: Results, parts: list[str], date: str, wall_seconds: float) -> str:
+    """``old`` (a full report) with the sections of ``parts`` and their headline rows as measured in ``r``.
+
+    Every other section stays as the full run wrote it; a line under the title says which sections are newer.
+    """
+    fresh = render(r, date, False, wall_seconds).splitlines()
+    lines = old.splitlines()
+    for part in parts:
+        for heading in UPDATABLE[part]:
+            new, there = _section(fresh, heading), _section(lines, heading)
+            if new is None:
+                continue
+            body = fresh[new[0]:new[1]]
+            if there is None:  # a section the old report lacks goes before the one after it in a full report
+                after = next((_section(lines, line) for line in fresh[new[1]:] if line.startswith("## ")
+                              and _section(lines, line)), None)
+                at = after[0] if after else len(lines)
+                lines[at:at] = body
+            else:
+                lines[there[0]:there[1]] = body
+    measured = [t for t in targets(r) if not math.isnan(t.measured)]
+    for target in measured:
+        row = f"| {target.what} | {target.goal} | {target.unit(target.measured)} | {target.verdict} |"
+        lines = [row if line.startswith(f"| {target.what} |") else line for line in lines]
+        lines = [line for line in lines if not line.startswith(f"* **{target.what}**")]
+    bullets = [line for line in fresh if any(line.startswith(f"* **{t.what}**") for t in measured)]
+    if bullets:
+        if not any(line.startswith(_MISSES) for line in lines):
+            table_end = next(i for i, line in enumerate(lines) if line.startswith("| ") and
+                             not lines[i + 1].startswith("|"))
+            lines[table_end + 1:table_end + 1] = ["", f"{_MISSES}:", ""]
+        misses = next(i for i, line in enumerate(lines) if line.startswith(_MISSES))
+        end = next(i for i in range(misses + 2, len(lines)) if not lines[i].startswith("* "))
+        lines[end:end] = bullets
+    elif any(line.startswith(_MISSES) for line in lines):  # no target missed any more: drop the empty paragraph
+        misses = next(i for i, line in enumerate(lines) if line.startswith(_MISSES))
+        if not lines[misses + 2].startswith("* "):
+            del lines[misses:misses + 2]
+    options = next(line for line in fresh if line.startswith("Options: "))
+    lines = [options if line.startswith("Options: ") else line for line in lines]
+    sections = ", ".join(h.removeprefix("## ").rstrip(".") for p in parts for h in UPDATABLE[p])
+    note = (f"Section {sections} measured again on {date} ({wall_seconds:.0f} s, `benchmarks/run.py --parts "
+            f"{','.join(parts)} --update`); the other sections are the run's above.")
+    lines = [line for line in lines if not line.startswith(f"Section {sections} measured again")]
+    run_line = next(i for i, line in enumerate(lines) if line.startswith("Run on "))
+    lines.insert(run_line + 1, note)
     return "\n".join(lines) + "\n"

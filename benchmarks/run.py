@@ -3,6 +3,7 @@
     python3 benchmarks/run.py              # full run (about 20 minutes)
     python3 benchmarks/run.py --quick      # smoke test: every part, tiny durations
     python3 benchmarks/run.py --parts side,idle --out /tmp/bench.md
+    python3 benchmarks/run.py --parts gpu --update   # only section 6c (and its headline row), the rest kept
 
 Needs the fleetscope package installed (``pip install -e .``) and, for the
 side-by-side parts, the Debian packages prometheus-node-exporter, prometheus
@@ -63,6 +64,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Comma-separated parts to run: " + ", ".join(name for name, _, _ in PARTS) + ".")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "docs", "benchmarks.md"),
                         help="Report to write (default docs/benchmarks.md).")
+    parser.add_argument("--update", action="store_true",
+                        help="Measure only --parts and put their sections (and headline rows) into the report "
+                             "--out already holds, keeping the rest (parts: "
+                             + ", ".join(report.UPDATABLE) + ").")
     parser.add_argument("--workdir", default=None, help="Trees and logs (default: a temporary directory, removed).")
     parser.add_argument("--node-exporter", default=None, help="node_exporter binary.")
     parser.add_argument("--pushgateway", default=None, help="Pushgateway binary.")
@@ -72,6 +77,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.parts) - known)
     if unknown:
         parser.error(f"unknown parts {unknown}; choose from {sorted(known)}")
+    if args.update:
+        cannot = sorted(set(args.parts) - set(report.UPDATABLE))
+        if cannot:
+            parser.error(f"--update cannot update {cannot}: their sections feed the headline, the misses and the "
+                         "Kubernetes resources; run them in full")
+        if args.quick:
+            parser.error("--update writes real figures into the report; not with --quick")
+        if not os.path.exists(args.out):
+            parser.error(f"--update: no report at {args.out} to update")
     if args.duration is not None and args.duration <= 0:
         parser.error("--duration must be > 0")
     if args.scrape_seconds is not None and args.scrape_seconds <= 0:
@@ -120,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    text = report.render(results, date, args.quick, time.monotonic() - started)
+    if args.update:
+        if failed:
+            print("nothing updated: a part failed")
+            return 1
+        with open(args.out, encoding="utf-8") as handle:
+            text = report.update(handle.read(), results, args.parts, date, time.monotonic() - started)
+    else:
+        text = report.render(results, date, args.quick, time.monotonic() - started)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(text)

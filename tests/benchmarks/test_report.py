@@ -56,3 +56,39 @@ def test_memory_limit_covers_a_burst_of_the_largest_bodies() -> None:
     assert kubernetes_resources(node, None, None)["memory_limit"] == "128Mi"  # 2 x 61.6 MiB
     node.peak_rss_after_burst = int(112.8 * MIB)  # 1.5 x 112.8 = 169.2 MiB
     assert kubernetes_resources(node, None, None)["memory_limit"] == "192Mi"
+
+
+def gpu_run(ms_per_gpu: float) -> dict[str, object]:
+    """A benchmarks.gpu_cost result, as section 6c and the headline read it."""
+    return {"label": "p5", "gpus": 8, "cycles": 6, "interval_s": 10.0, "on": "latency model", "detail": "default",
+            "ms_median": ms_per_gpu * 8, "ms_p95": ms_per_gpu * 9, "ms_per_gpu_median": ms_per_gpu,
+            "ms_per_gpu_mean": ms_per_gpu, "nvml_ms_per_cycle": 1.0, "nvml_calls_per_cycle": 120.0,
+            "fields_per_cycle": 50.0, "first_cycle_ms": 200.0, "first_cycle_calls": 290, "nvlinks_per_gpu": 18}
+
+
+def test_an_update_rewrites_only_the_parts_measured_again(tmp_path) -> None:
+    from benchmarks.measure import Environment, Settings
+    from benchmarks.report import Results, render, update
+    from benchmarks.scrape import ScrapeSettings
+
+    def results(ms_per_gpu: float) -> Results:
+        return Results(Settings.quick(str(tmp_path)), ScrapeSettings.quick(str(tmp_path), None),
+                       Environment("cpu", 2, 2), gpu=[gpu_run(ms_per_gpu)])
+
+    # a full run's report, with a figure of its own in a section the update does not measure
+    full = render(results(2.5), "2026-11-26 18:00 UTC", False, 700).replace(
+        "## 4. Daemon CPU and memory\n", "## 4. Daemon CPU and memory\n\nThe p5 daemon: 0.40% of one core.\n")
+    updated = update(full, results(3.5), ["gpu"], "2026-11-27 09:00 UTC", 40)
+    old_lines, new_lines = full.splitlines(), updated.splitlines()
+    assert "| 20.0 ms (22.5 ms) | 2.5 ms, 2.5 ms |" in full and "| 28.0 ms (31.5 ms) | 3.5 ms, 3.5 ms |" in updated
+    gpu_row = "| GPU collector per GPU per cycle, 8 H100s with NVLink, on the NVML latency model (median) |"
+    row = next(line for line in new_lines if line.startswith(gpu_row))
+    assert row.endswith("| 3.50 ms | **missed** (1.17x the target) |")
+    assert any(line.startswith("* **GPU collector per GPU per cycle") for line in new_lines)  # its miss, said
+    # the node's sections (not measured again) are as the full run wrote them
+    node_section = [line for line in old_lines if "0.40% of one core" in line]
+    assert node_section and all(line in new_lines for line in node_section)
+    assert "Section 6c measured again on 2026-11-27 09:00 UTC" in updated and "Run on 2026-11-26 18:00" in updated
+    again = update(updated, results(2.0), ["gpu"], "2026-11-28 09:00 UTC", 40)
+    assert again.count("Section 6c measured again") == 1 and "* **GPU collector per GPU" not in again
+    assert "Where targets are missed" not in again.split("## Machine")[0]
