@@ -139,10 +139,14 @@ def alert_rules(s: Settings) -> Group:
         ),
         Alert(
             "GpuUncorrectableEccError",
-            # The counter against itself xid_window ago, each end held over a missed scrape: two short reads per
-            # GPU instead of the window's every sample. Errors within xid_window after a driver reload (the
-            # volatile counter restarts at 0) show once the reload is that long ago; the reset never fires.
-            f"{at(s, uncorrected)} - {at(s, uncorrected, s.xid_window)} > 0",
+            # The counter against itself xid_window ago, each end held over a missed scrape: short reads per GPU
+            # instead of the window's every sample. A series without that end (younger than xid_window: a new
+            # node or GPU, or a scrape gap then) fires on any count at once, not once it is xid_window old:
+            # counts since the driver loaded, which leave a row remap pending until the GPU is reset. Errors
+            # within xid_window after a driver reload (the volatile counter restarts at 0) show once the reload
+            # is that long ago; the reset never fires.
+            f"{at(s, uncorrected)} - {at(s, uncorrected, s.xid_window)} > 0\nor\n"
+            f"(\n  {at(s, uncorrected)} > 0\n    unless\n  {at(s, uncorrected, s.xid_window)}\n)",
             "critical",
             "A GPU had uncorrectable ECC errors.",
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
