@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import FIXTURES, ROOT, free_port, require_binary
+from tests.conftest import FIXTURES, ROOT, daemon_priority, free_port, require_binary
 
 P5 = os.path.join(FIXTURES, "p5")
 # The DaemonSet's memory limit (deploy/kubernetes/base/daemonset.yaml, docs/benchmarks.md): every flood
@@ -72,9 +72,10 @@ class Daemon:
         def limits() -> None:
             if limit is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            daemon_priority()  # a node daemon's priority, not the test runner's filler one
 
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its whole life
-        # preexec_fn only sets a resource limit between fork and exec (no locks taken in the child).
+        # preexec_fn only sets a resource limit and the priority between fork and exec (no locks taken in the child).
         self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=limits,  # noqa: PLW1509
                                         cwd=ROOT)
         log.close()
