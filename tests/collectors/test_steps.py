@@ -176,6 +176,29 @@ def test_pushed_groups_are_exposed_with_training_job_label() -> None:
     assert got[("fleetscope_push_groups", frozenset())] == 1
 
 
+def test_pushed_groups_follow_every_push_delete_and_expiry_while_unchanged_ones_are_reused() -> None:
+    collector, clock = make(**{"push.group-ttl": "10m"})
+    a, b = (("job", "a"),), (("job", "b"),)
+
+    def pushed() -> dict[str, float]:
+        return {s.labels["training_job"]: s.value for f in collector.collect() if f.name == "acc" for s in f.samples}
+
+    collector.groups.push(a, parse_exposition("# TYPE acc gauge\nacc 1\n", a), True)
+    collector.groups.push(b, parse_exposition("# TYPE acc gauge\nacc 2\n", b), True)
+    first = next(f for f in collector.collect() if f.name == "acc")
+    assert next(f for f in collector.collect() if f.name == "acc") is first  # nothing pushed: not merged again
+    collector.groups.push(a, parse_exposition("# TYPE acc gauge\nacc 3\n", a), True)
+    assert pushed() == {"a": 3, "b": 2}
+    collector.groups.push(b, parse_exposition("# TYPE other gauge\nother 1\n", b), False)  # POST: acc kept
+    assert pushed() == {"a": 3, "b": 2}
+    collector.groups.delete(a)
+    assert pushed() == {"b": 2}
+    clock.now += 301
+    collector.groups.push(a, parse_exposition("# TYPE acc gauge\nacc 4\n", a), True)
+    clock.now += 301  # b unpushed for 10 min 2 s: expired
+    assert pushed() == {"a": 4}
+
+
 def test_exposition_is_valid_in_both_formats() -> None:
     collector, _ = make()
     collector.store.ingest(
