@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -54,6 +55,7 @@ b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 for _ in range(3):
     a @ b
 torch.cuda.synchronize()
+print("running", flush=True)  # torch's import and CUDA's start take seconds: the session waits for this
 start = time.time()
 products = 0
 while time.time() - start < seconds:
@@ -65,6 +67,22 @@ elapsed = time.time() - start
 print(json.dumps({"device": torch.cuda.get_device_name(0), "seconds": elapsed, "products": products,
                   "tflops": 2 * n ** 3 * products / elapsed / 1e12}))
 """
+
+
+def _wait_running(load: subprocess.Popen[str], timeout: float) -> float:
+    """Seconds until the load's first products finished (its "running" line); an error if it died or hung first.
+
+    A fixed sleep after the start scraped a load still importing torch (run2: 0 % busy, 75 W, 345 MHz).
+    """
+    started = time.monotonic()
+    assert load.stdout is not None
+    ready: list[str] = []
+    reader = threading.Thread(target=lambda: ready.append(load.stdout.readline() if load.stdout else ""), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not ready or ready[0].strip() != "running":
+        raise RuntimeError(f"the load did not start within {timeout:.0f} s (exit {load.poll()})")
+    return time.monotonic() - started
 
 
 # -- NVML's cost: the collector per cycle, each field value alone --------------------------------------
@@ -229,6 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         session.step("capture_idle", lambda: session.capture("h100_real_idle"))
         load = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, str(args.load_seconds)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
+        session.step("load_started", lambda: _wait_running(load, timeout=120.0))
         time.sleep(min(10.0, args.load_seconds / 4))  # clocks, power and GPM settle
         scrape_for = max(4.0, args.load_seconds * 0.3)
         session.step("load_scrapes", lambda: session.scrapes(scrape_for))

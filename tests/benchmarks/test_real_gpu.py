@@ -97,3 +97,30 @@ def test_field_costs_ask_every_field_of_the_table_alone(tmp_path) -> None:
     assert costs["alone"][str(nvml_h.FI_DEV_REMAPPED_COR)]["what"] == "remapped_rows/correctable"
     assert costs["alone"][str(nvml_h.FI_DEV_REMAPPED_COR)]["answer"] == "ok"
     assert costs["batches"]["the 21 of the report"]["fields"] == 21
+
+
+def test_the_load_is_scraped_only_once_its_first_products_ran() -> None:
+    import subprocess
+    import sys
+
+    import pytest
+
+    from benchmarks.real_gpu import _wait_running
+
+    def load(code: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+    started = load("import time; time.sleep(0.5); print('running', flush=True); time.sleep(5)")
+    try:
+        assert _wait_running(started, timeout=30.0) >= 0.5
+    finally:
+        started.kill()
+        started.communicate()
+    for code in ("import sys; sys.exit(3)", "import time; time.sleep(30)"):  # died, or never started
+        failed = load(code)
+        try:
+            with pytest.raises(RuntimeError, match="did not start"):
+                _wait_running(failed, timeout=1.0)
+        finally:
+            failed.kill()
+            failed.communicate()
