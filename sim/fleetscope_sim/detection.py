@@ -171,7 +171,9 @@ def expectation(fault: Fault, cluster: ClusterSpec, note: str = "") -> Expectati
                         AlertPattern("TrainingNodeRepeatedlySlow", {"instance": rank_node}))
         return Expectation(fault, named, DETECT_LIMIT, consequences, note)
     simple: dict[str, tuple[str, Mapping[str, str | tuple[str, ...]], tuple[AlertPattern, ...]]] = {
-        "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu, ()),
+        # The driver logs Xid 48 with the DBE: its reset advice is the same GPU's.
+        "ecc_uncorrectable": ("GpuUncorrectableEccError", on_gpu,
+                              (AlertPattern(xid_alert(48), {**on_gpu, "xid": "48"}),)),
         "row_remap_pending": ("GpuRowRemapPending", on_gpu, ()),
         "efa_retransmits": ("EfaRetransmitTimeouts", on_efa, ()),
         "efa_impaired": ("EfaImpairedRemoteConnections", on_efa, (AlertPattern("EfaUnresponsiveRemote", on_efa),)),

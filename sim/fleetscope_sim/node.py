@@ -184,6 +184,9 @@ class NodeModel:
                 elif fault.kind == "ecc_uncorrectable" and gpu.ecc_uncorrected < int(fault.param("count")):
                     gpu.ecc_uncorrected = int(fault.param("count"))
                     gpu.remapped_uncorrectable = max(gpu.remapped_uncorrectable, 1)
+                    # The driver logs the double-bit error as it counts it: Xid 48, beside the ECC counter.
+                    gpu.xids.append(48)
+                    self.new_kmsg.append(xid_line(gpu, 48))
                 elif fault.kind == "row_remap_pending":
                     gpu.remap_pending = True
                 elif fault.kind == "xid" and int(fault.param("xid")) == 79:

@@ -101,12 +101,14 @@ def test_gpu_faults_reach_the_gpu_state_file_and_the_kernel_log(scratch):
     assert state[1]["throttle_seconds"]["hw_thermal"] >= 19
     assert "hw_slowdown" in state[2]["throttle"] and state[0]["throttle"] == []
     assert state[4]["lost"] and state[4]["xids"] == [79] and state[5]["xids"] == [48] and state[3]["xids"] == []
+    assert state[6]["xids"] == [48]  # the DBE's Xid, once
     assert state[6]["ecc_uncorrected"] == 2 and state[7]["remap_pending"] and not state[0]["remap_pending"]
     kmsg = pathlib.Path(writer.paths.kmsg).read_text().splitlines()
-    assert len(kmsg) == 2  # each Xid is logged once, not every tick
-    assert kmsg[0].endswith(
+    assert len(kmsg) == 3  # each Xid is logged once, not every tick
+    assert "Xid (PCI:0000:b9:00): 48, pid=4242, name=python3, An uncorrectable double bit error" in kmsg[0]  # at 0 s
+    assert kmsg[1].endswith(
         "NVRM: Xid (PCI:0000:97:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
-    assert "NVRM: Xid (PCI:0000:a8:00): 48," in kmsg[1]
+    assert "NVRM: Xid (PCI:0000:a8:00): 48," in kmsg[2]
 
 
 def test_network_faults_on_the_nic_and_tcp(scratch):
