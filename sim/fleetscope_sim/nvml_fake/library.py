@@ -755,35 +755,28 @@ class FakeNvml:
         return value_type, int(value)
 
     def _nvmlDeviceGetFieldValues(self, handle: Any, count: Any, ref: Any) -> int:
-        if not self.initialized:
-            return ERROR_UNINITIALIZED
-        gpu = self._device(handle)
-        if gpu is None:
-            return ERROR_INVALID_ARGUMENT
-        if gpu.lost:
-            return ERROR_GPU_IS_LOST
-        if "nvmlDeviceGetFieldValues" in gpu.errors:
-            return gpu.errors["nvmlDeviceGetFieldValues"].code
-        values = _out(ref)
-        now_us = int(time.time() * 1e6)
-        for i in range(_value(count)):
-            slot = values[i]
-            self.fields_asked[int(slot.fieldId)] += 1
-            slot.timestamp = now_us
-            try:
-                value_type, value = self._field(gpu, int(slot.fieldId), int(slot.scopeId))
-            except Refused as refused:
-                slot.nvmlReturn = refused.code
-                slot.latencyUsec = self._field_latency(int(slot.fieldId), False)
-                continue
-            slot.latencyUsec = self._field_latency(int(slot.fieldId), True)
-            slot.nvmlReturn = SUCCESS
-            slot.valueType = value_type
-            if value_type == VALUE_TYPE_UINT:
-                slot.value.uiVal = value
-            else:
-                slot.value.ullVal = value
-        return SUCCESS
+        def write(gpu: FakeGpu) -> None:
+            values = _out(ref)
+            now_us = int(time.time() * 1e6)
+            for i in range(_value(count)):
+                slot = values[i]
+                self.fields_asked[int(slot.fieldId)] += 1
+                slot.timestamp = now_us
+                try:
+                    value_type, value = self._field(gpu, int(slot.fieldId), int(slot.scopeId))
+                except Refused as refused:
+                    slot.nvmlReturn = refused.code
+                    slot.latencyUsec = self._field_latency(int(slot.fieldId), False)
+                    continue
+                slot.latencyUsec = self._field_latency(int(slot.fieldId), True)
+                slot.nvmlReturn = SUCCESS
+                slot.valueType = value_type
+                if value_type == VALUE_TYPE_UINT:
+                    slot.value.uiVal = value
+                else:
+                    slot.value.ullVal = value
+
+        return self._query(handle, "nvmlDeviceGetFieldValues", self._device(handle), write)
 
     def _field_latency(self, field_id: int, answered: bool) -> int:
         """``latencyUsec`` as the driver reports it: what the model charges the field (0 without a model)."""
