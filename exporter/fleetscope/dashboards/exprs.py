@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fleetscope.metrics import training
 from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import GOODPUT_CAUSES, STRAGGLER_CAUSES
+from fleetscope.signals import GOODPUT_CAUSES, NODE_CLOCK_OFFSET, STRAGGLER_CAUSES
 
 # Colours of the stragglers' smoothed ratio: flagged from the rules' floor, critical at the NVRx score.
 STRAGGLER_WARN = 1 + PRODUCTION.straggler_min_excess
@@ -40,3 +40,12 @@ def mean_step_seconds(matchers: str, by: str, window: str = "5m") -> str:
         f"sum by ({by}) (rate({training.STEP_SECONDS_TOTAL}{{{matchers}}}[{window}])) "
         f"/ sum by ({by}) (rate({training.STEPS_TOTAL}{{{matchers}}}[{window}]))"
     )
+
+
+def last_step_stamp(matchers: str) -> str:
+    """Each rank's last step time on Prometheus's clock: the node's stamp plus its offset, as the rules read it.
+
+    ``time()`` minus a node's own stamp is off by the node's clock error, and after an NTP step by the step
+    (600 s on a node stepped back): a healthy rank read minutes without a step."""
+    return (f"({training.LAST_STEP_TIMESTAMP_SECONDS}{{{matchers}}} "
+            f"+ on (instance) group_left () {NODE_CLOCK_OFFSET})")

@@ -95,7 +95,7 @@ def build() -> Any:
                     Q(exprs.mean_step_seconds(C, "cluster, training_job"), table=True),
                     Q(f"sum by (cluster, training_job) ({JOB_TOKEN_RATE}{{{C}}})", table=True),
                     Q(f"count by (cluster, training_job) ({training.LAST_STEP}{{{C}}})", table=True),
-                    Q(f"time() - max by (cluster, training_job) ({training.LAST_STEP_TIMESTAMP_SECONDS}{{{C}}})",
+                    Q(f"time() - max by (cluster, training_job) {exprs.last_step_stamp(C)}",
                       table=True),
                     Q(f"max by (cluster, training_job) ({RANK_COMPUTE_RATIO_SMOOTHED}{{{C}}})", table=True),
                     Q(f"min by (cluster, training_job) ({JOB_GOODPUT}{{{C}}})", table=True),

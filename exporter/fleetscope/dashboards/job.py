@@ -72,7 +72,7 @@ def build() -> Any:
                    description="Median over ranks of each rank's rolling-median step time."),
         stat_panel("Tokens per second", "short", ok("blue"), Q(f"sum({JOB_TOKEN_RATE}{{{J}}})")),
         stat_panel("Since last progress", "s", rising(120, 600),
-                   Q(f"time() - max({training.LAST_STEP_TIMESTAMP_SECONDS}{{{J}}})"),
+                   Q(f"time() - max{exprs.last_step_stamp(J)}"),
                    description="Seconds since the newest step of any rank. Minutes without progress: a hang."),
         stat_panel("Goodput", "percentunit", falling(0.8, 0.95), Q(f"min({JOB_GOODPUT}{{{J}}})"),
                    description="The job's best sustained step time over its current one: the share of its GPU time "
@@ -147,7 +147,7 @@ def build() -> Any:
                          Q(f"max by (rank) ({training.LAST_STEP}{{{J}}})", "rank {{rank}}"), width=12,
                          description="A rank whose line goes flat while others climb, or all flat at once: a hang."),
         bargauge_panel("Seconds since each rank's last step (worst 20)", "s", rising(120, 600),
-                       Q(f"topk(20, max by (rank, instance) (time() - {training.LAST_STEP_TIMESTAMP_SECONDS}{{{J}}}))",
+                       Q(f"topk(20, max by (rank, instance) (time() - {exprs.last_step_stamp(J)}))",
                          "rank {{rank}} on {{instance}}", instant=True), width=12,
                        links=[link("Node detail", node_url("${__field.labels.instance}"))]),
     ]

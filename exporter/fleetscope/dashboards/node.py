@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetscope.dashboards import exprs
 from fleetscope.dashboards.kit import (
     UID_NODE,
     Q,
@@ -148,7 +149,7 @@ def build() -> Any:
         table_panel("Ranks on this node", "none", ok(),
                     Q(f"fleetscope_training_last_step{{{N}}} * on (instance, training_job, rank) "
                       f"group_left (gpu, dp_rank, world_size) fleetscope_training_rank_info{{{N}}}", table=True),
-                    Q(f"time() - fleetscope_training_last_step_timestamp_seconds{{{N}}} "
+                    Q(f"(time() - {exprs.last_step_stamp(N)}) "
                       f"* on (instance, training_job, rank) "
                       f"group_left (gpu, dp_rank, world_size) fleetscope_training_rank_info{{{N}}}", table=True),
                     width=24, links=[link("Training job", job_url("${__data.fields.training_job}"))],
