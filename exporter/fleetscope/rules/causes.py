@@ -12,6 +12,7 @@ from __future__ import annotations
 from fleetscope.metrics import efa, gpu
 from fleetscope.rules.model import Group, Record, new_or_increased, num, sel
 from fleetscope.rules.settings import Settings
+from fleetscope.rules.training import flag_records
 from fleetscope.signals import (
     ENA_ALLOWANCE_SHAPED,
     GPU_BUSY,
@@ -96,8 +97,10 @@ def verdict(s: Settings) -> dict[str, str]:
 
 
 def recording_rules(s: Settings) -> Group:
+    """The flags, then the evidence and the verdict that read them at the same evaluation."""
     rank_busy = f"{RANK_GPU}\n  * on (instance, gpu) group_left ()\n{GPU_BUSY}"
-    return Group("fleetscope-causes.rules", (
+    return Group("fleetscope-stragglers.rules", (
+        *flag_records(s),
         *(Record(NODE_SLOWDOWN_CAUSES, expr, {"cause": cause}) for cause, expr in evidence(s).items()),
         Record(RANK_GPU_BUSY, rank_busy),
         *(Record(STRAGGLER_CAUSE, expr, {"cause": cause}) for cause, expr in verdict(s).items()),

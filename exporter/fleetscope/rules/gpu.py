@@ -63,33 +63,42 @@ def clock_ratio(s: Settings) -> str:
     )
 
 
-def recording_rules(s: Settings) -> Group:
+def recording_rules(s: Settings) -> list[Group]:
     recorded_reasons = f'reason=~"{SLOWDOWN_REASONS}"'
     w = s.share_window
+    # Share of time held down per slowdown reason. NVML counts time only for some reasons (not hw_slowdown); for
+    # the others the sampled 0/1 state stands in. Only where above 0: the zeros were 40 recorded series per p5
+    # node (82k at 2,048 nodes) that every reader then went through.
+    throttle = Record(GPU_THROTTLE_SHARE, (
+        f"(\n"
+        f"  rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL, recorded_reasons)}[{w}])\n"
+        f"  or\n"
+        f"  avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE, recorded_reasons)}[{w}])\n"
+        f") > 0"
+    ))
+    # SM activity (GPM, Hopper+) says whether kernels keep the SMs busy; utilization only that one ran.
+    busy = Record(GPU_BUSY, (
+        f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{w}])\n"
+        f"or\n"
+        f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{w}])"
+    ))
     # At record_evaluation_interval: their windows are as long, and every alert on them waits 10m or more; the
-    # straggler cause reads them as they were up to one interval ago, as it read 5m windows before.
-    return Group("fleetscope-gpu.rules", (
-        # Share of time held down per slowdown reason. NVML counts time only for some reasons (not hw_slowdown);
-        # for the others the sampled 0/1 state stands in. Only where above 0: the zeros were 40 recorded series
-        # per p5 node (82k at 2,048 nodes) that every reader then went through.
-        Record(GPU_THROTTLE_SHARE, (
-            f"(\n"
-            f"  rate({sel(s, gpu_metrics.THROTTLE_SECONDS_TOTAL, recorded_reasons)}[{w}])\n"
-            f"  or\n"
-            f"  avg_over_time({sel(s, gpu_metrics.THROTTLE_ACTIVE, recorded_reasons)}[{w}])\n"
-            f") > 0"
-        )),
-        Record(GPU_CLOCK_RATIO, clock_ratio(s)),
-        # SM activity (GPM, Hopper+) says whether kernels keep the SMs busy; utilization only that one ran.
-        Record(GPU_BUSY, (
-            f"avg_over_time({sel(s, gpu_metrics.SM_ACTIVE_RATIO)}[{w}])\n"
-            f"or\n"
-            f"avg_over_time({sel(s, gpu_metrics.UTILIZATION_RATIO)}[{w}])"
-        )),
-    ), interval=s.record_evaluation_interval)
+    # straggler cause reads them as they were up to one interval ago, as it read 5m windows before. A group each:
+    # none reads another, and each reads every GPU's window (0.5-0.9 s an evaluation at 2,048 nodes; a group's
+    # rules run one after another, groups side by side).
+    return [
+        Group(name, (record,), interval=s.record_evaluation_interval)
+        for name, record in (
+            ("fleetscope-gpu-throttle.rules", throttle),
+            ("fleetscope-gpu-clock.rules", Record(GPU_CLOCK_RATIO, clock_ratio(s))),
+            ("fleetscope-gpu-busy.rules", busy),
+        )
+    ]
 
 
-def alert_rules(s: Settings) -> Group:
+def alert_rules(s: Settings) -> list[Group]:
+    """Xids, lost and missing GPUs, and memory errors: two groups at the global interval, each well under a second
+    at 2,048 nodes (a group's rules run one after another; groups run side by side)."""
     alerts: list[Alert] = []
     known = [HARMLESS_XID]
     for name, severity, actions, advice in XID_CLASSES:
@@ -137,6 +146,8 @@ def alert_rules(s: Settings) -> Group:
             "(1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
             s.gpu_state_for,
         ),
+    ]
+    memory = [
         Alert(
             "GpuUncorrectableEccError",
             # The counter against itself xid_window ago, each end held over a missed scrape: short reads per GPU
@@ -163,12 +174,22 @@ def alert_rules(s: Settings) -> Group:
             s.gpu_state_for,
         ),
     ]
-    return Group("fleetscope-gpu", tuple(alerts))
+    return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-memory", tuple(memory))]
 
 
-def degradation_rules(s: Settings) -> Group:
+# The degradation alerts by part of the GPU, a group each: a group's rules are evaluated one after another and
+# groups side by side, and together they took 2.3 s an evaluation at 2,048 nodes (docs/benchmarks-fleet.md).
+DEGRADATION_GROUPS = {
+    "fleetscope-gpu-ecc": ("GpuCorrectableEccAccelerating",),
+    "fleetscope-gpu-clocks": ("GpuThrottled", "GpuTemperatureNearSlowdown", "GpuSmClockBelowPeers"),
+    "fleetscope-gpu-pcie": ("GpuPcieReplaysHigh", "GpuPcieLinkDowntrained"),
+    "fleetscope-gpu-nvlink": ("GpuNvlinkErrors", "GpuNvlinkDown"),
+}
+
+
+def degradation_rules(s: Settings) -> list[Group]:
     """A GPU that works but slower or less reliably: every alert waits a for: of 5m or more (or reads hours), so
-    the group is evaluated at ``slow_evaluation_interval``."""
+    the groups are evaluated at ``slow_evaluation_interval``."""
     w = s.share_window
     alerts: list[Alert] = []
     corrected = sel(s, gpu_metrics.ECC_ERRORS_TOTAL, 'error_type="corrected", counter_type="volatile"')
@@ -275,4 +296,7 @@ def degradation_rules(s: Settings) -> Group:
             s.clock_for,
         ),
     ]
-    return Group("fleetscope-gpu-degradation", tuple(alerts), interval=s.slow_evaluation_interval)
+    by_name = {alert.alert: alert for alert in alerts}
+    assert sorted(by_name) == sorted(n for names in DEGRADATION_GROUPS.values() for n in names)
+    return [Group(group, tuple(by_name[name] for name in names), interval=s.slow_evaluation_interval)
+            for group, names in DEGRADATION_GROUPS.items()]

@@ -34,7 +34,7 @@ def labelled_union(pieces: list[tuple[str, str]], label: str) -> str:
     return "\nor\n".join(tag(value, expr) for value, expr in pieces)
 
 
-def recording_rules(s: Settings) -> Group:
+def recording_rules(s: Settings) -> list[Group]:
     # The node sums over the share window as well: their readers (the network alerts, which wait 10m or more, the
     # straggler cause's network evidence, the dashboards) need no longer one, and at the slow interval below
     # every sample is still read once.
@@ -50,20 +50,24 @@ def recording_rules(s: Settings) -> Group:
         f"rate({sel(s, netstat.RETRANSMITTED_SEGMENTS_TOTAL)}[{w}])\n  /\n"
         f"rate({sel(s, netstat.OUT_SEGMENTS_TOTAL)}[{w}])",
     ))
-    sw = w
+    shaped = [(kind, f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{w}])")
+              for kind in ENA_ALLOWANCES]
+    rules.append(Record(ENA_ALLOWANCE_SHAPED, f"(\n  {indent(labelled_union(shaped, 'allowance'))}\n) > 0"))
+    groups = [Group("fleetscope-network.rules", tuple(rules), interval=s.slow_evaluation_interval)]
+    # Each interface ratio reads four counters of every interface: a group each (a group's rules run one after
+    # another, groups side by side; together with the rest they took 1.7 s an evaluation at 2,048 nodes).
     for what in ("errors", "dropped"):
         pieces = [
             (direction, (
-                f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{sw}])\n  /\n"
-                f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{sw}])"
+                f"rate({sel(s, f'fleetscope_net_{direction}_{what}_total')}[{w}])\n  /\n"
+                f"rate({sel(s, f'fleetscope_net_{direction}_packets_total')}[{w}])"
             ))
             for direction in ("receive", "transmit")
         ]
-        rules.append(Record(interface_ratio(what), labelled_union(pieces, "direction")))
-    shaped = [(kind, f"rate({sel(s, f'fleetscope_ena_{kind}_allowance_exceeded_total')}[{sw}])")
-              for kind in ENA_ALLOWANCES]
-    rules.append(Record(ENA_ALLOWANCE_SHAPED, f"(\n  {indent(labelled_union(shaped, 'allowance'))}\n) > 0"))
-    return Group("fleetscope-network.rules", tuple(rules), interval=s.slow_evaluation_interval)
+        record = Record(interface_ratio(what), labelled_union(pieces, "direction"))
+        name = {"errors": "errors", "dropped": "drops"}[what]
+        groups.append(Group(f"fleetscope-interface-{name}.rules", (record,), interval=s.slow_evaluation_interval))
+    return groups
 
 
 def alert_rules(s: Settings) -> Group:

@@ -26,7 +26,7 @@ OUTPUTS: dict[str, tuple[str, Format]] = {
 
 def build_groups(settings: Settings) -> list[Group]:
     """Recording groups first (readers see the aggregates before the alerts using them)."""
-    return [
+    built: list[Group | list[Group]] = [
         training.recording_rules(settings),
         training.pace_rules(settings),
         progress.recording_rules(settings),
@@ -45,6 +45,7 @@ def build_groups(settings: Settings) -> list[Group]:
         selfmon.alert_rules(settings),
         offenders.rules(settings),
     ]
+    return [group for entry in built for group in (entry if isinstance(entry, list) else [entry])]
 
 
 def runbook_anchor(alert_name: str) -> str:

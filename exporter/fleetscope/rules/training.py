@@ -90,49 +90,77 @@ def straggler_threshold(s: Settings) -> str:
     )
 
 
-def recording_rules(s: Settings) -> Group:
+def recording_rules(s: Settings) -> list[Group]:
+    """The rank -> GPU map, each rank's smoothed compute ratio, and the job's spread it is held against: three
+    groups at ``training_evaluation_interval`` (a group's rules run one after another, groups side by side; with
+    the flags they took 1.7 s an evaluation at 2,048 nodes). The flags (:func:`flag_records`) open the cause
+    verdict's group, which reads them at the same evaluation.
+
+    The ratio joins the map as its group last wrote it (a rank restarted onto another GPU carries the old one for
+    up to an evaluation, as every reader of the map does); the spread reads the smoothed ratios of the evaluation
+    before. A flag compares a smoothed ratio with a threshold one evaluation older than the ratio: the threshold
+    follows the job's spread, a median over all of its ranks that one slow rank barely moves."""
     # The per-rank medians are read as scraped, not held: a rank missing from one scrape drops out of one
     # evaluation of a job-wide statistic, and the straggler statistic is a median over straggler_window of
     # these records (a range read, which a missed scrape does not interrupt).
     compute = sel(s, training.COMPUTE_SECONDS_MEDIAN)
     ratio = f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}"
-    rules: list[Record] = [
-        # First: the ratio joins it at this evaluation (the other readers at their own; groups have no order).
-        Record(RANK_GPU, rank_gpu(s)),
+    ratios = (
         Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {compute})"),
         Record(RANK_COMPUTE_RATIO, on_gpu(f"(\n  {indent(ratio)}\n)")),
         Record(RANK_COMPUTE_RATIO_SMOOTHED, f"quantile_over_time(0.5, {RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
+    )
+    spread = (
         Record(JOB_COMPUTE_RATIO_SPREAD,
                f"1.4826 * quantile by ({JOB_KEY}) (0.5, abs({RANK_COMPUTE_RATIO_SMOOTHED} - 1))"),
         Record(JOB_RANKS_COMPARED, f"count by ({JOB_KEY}) ({RANK_COMPUTE_RATIO_SMOOTHED})"),
         Record(JOB_STRAGGLER_THRESHOLD, straggler_threshold(s)),
+    )
+    interval = s.training_evaluation_interval
+    return [
+        Group("fleetscope-rank-gpu.rules", (Record(RANK_GPU, rank_gpu(s)),), interval=interval),
+        Group("fleetscope-training.rules", ratios, interval=interval),
+        Group("fleetscope-training-spread.rules", spread, interval=interval),
+    ]
+
+
+def flag_records(s: Settings) -> tuple[Record, ...]:
+    """The flagged ranks and their count per node and job: first in the cause verdict's group."""
+    return (
         Record(STRAGGLERS, f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}"),
         Record(NODE_JOB_STRAGGLERS, f"count by (cluster, instance, training_job) ({STRAGGLERS})"),
-    ]
-    return Group("fleetscope-training.rules", tuple(rules), interval=s.training_evaluation_interval)
+    )
 
 
-def pace_rules(s: Settings) -> Group:
+def pace_rules(s: Settings) -> list[Group]:
     """A job's pace and where its ranks' time goes: read by alerts that wait 10m or more, the goodput rules, the
-    hang threshold and the dashboards, none of which needs them every 30s; at ``record_evaluation_interval``."""
+    hang threshold and the dashboards, none of which needs them every 30s; at ``record_evaluation_interval``.
+    Three groups (a group's rules run one after another, groups side by side; together they took 1.5 s an
+    evaluation at 2,048 nodes): the pace, and each share with the job median that reads it at the same evaluation."""
     w = s.share_window
     # Ranks that said goodbye keep their last medians for a while (the last scrapes see their final counts): a
     # job's pace is its running ranks'. Frozen, an ended job read as slower than itself 3 minutes before (its
     # first steps ran on the loader's prefetched batches) and raised TrainingJobSlowdown after it finished.
     running = f"{sel(s, training.STEP_SECONDS_MEDIAN)}\n    unless on ({RANK_KEY})\n  {RANK_ENDED}"
-    rules = [Record(JOB_STEP, f"quantile by ({JOB_KEY}) (\n  0.5,\n  {running}\n)")]
+    pace = [
+        Record(JOB_STEP, f"quantile by ({JOB_KEY}) (\n  0.5,\n  {running}\n)"),
+        Record(JOB_STEP_RATE, f"avg by ({JOB_KEY}) (rate({sel(s, training.STEPS_TOTAL)}[{w}]))"),
+        Record(JOB_TOKEN_RATE, f"sum by ({JOB_KEY}) (rate({sel(s, training.TOKENS_TOTAL)}[{w}]))"),
+        Record(RANK_COMM_SHARE_TYPICAL, (
+            f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}"
+        )),
+        Record(JOB_MIN_COMM_SHARE, f"min by ({JOB_KEY}) ({RANK_COMM_SHARE_TYPICAL})"),
+    ]
+    groups = [Group("fleetscope-training-pace.rules", tuple(pace), interval=s.record_evaluation_interval)]
     step_rate = f"rate({sel(s, training.STEP_SECONDS_TOTAL)}[{w}])"
-    parts = {"data": training.DATA_SECONDS_TOTAL, "comm": training.COMM_SECONDS_TOTAL}
-    for part, counter in parts.items():
-        rules.append(Record(rank_share(part), f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}"))
-        rules.append(Record(job_share(part), f"quantile by ({JOB_KEY}) (0.5, {rank_share(part)})"))
-    rules.append(Record(RANK_COMM_SHARE_TYPICAL, (
-        f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}"
-    )))
-    rules.append(Record(JOB_MIN_COMM_SHARE, f"min by ({JOB_KEY}) ({RANK_COMM_SHARE_TYPICAL})"))
-    rules.append(Record(JOB_STEP_RATE, f"avg by ({JOB_KEY}) (rate({sel(s, training.STEPS_TOTAL)}[{w}]))"))
-    rules.append(Record(JOB_TOKEN_RATE, f"sum by ({JOB_KEY}) (rate({sel(s, training.TOKENS_TOTAL)}[{w}]))"))
-    return Group("fleetscope-training-pace.rules", tuple(rules), interval=s.record_evaluation_interval)
+    parts = {"input": ("data", training.DATA_SECONDS_TOTAL), "comm": ("comm", training.COMM_SECONDS_TOTAL)}
+    for name, (part, counter) in parts.items():
+        shares = (
+            Record(rank_share(part), f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}"),
+            Record(job_share(part), f"quantile by ({JOB_KEY}) (0.5, {rank_share(part)})"),
+        )
+        groups.append(Group(f"fleetscope-training-{name}.rules", shares, interval=s.record_evaluation_interval))
+    return groups
 
 
 def cause_words() -> str:
