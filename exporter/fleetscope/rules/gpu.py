@@ -97,8 +97,8 @@ def recording_rules(s: Settings) -> list[Group]:
 
 
 def alert_rules(s: Settings) -> list[Group]:
-    """Xids, lost and missing GPUs, and memory errors: two groups at the global interval, each well under a second
-    at 2,048 nodes (a group's rules run one after another; groups run side by side)."""
+    """Xids, lost and missing GPUs, row remaps; and uncorrectable ECC errors in a group of its own (four held reads
+    per GPU). Both at the global interval; a group's rules run one after another, groups side by side."""
     alerts: list[Alert] = []
     known = [HARMLESS_XID]
     for name, severity, actions, advice in XID_CLASSES:
@@ -146,8 +146,19 @@ def alert_rules(s: Settings) -> list[Group]:
             "(1 reset, 2 reboot, 3 drain P2P, 4 drain and reset).",
             s.gpu_state_for,
         ),
+        Alert(  # no for: a missed scrape delays it by one scrape, keep_firing_for holds it once it fires
+            "GpuRowRemapFailed", f"{sel(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
+            "A GPU failed to remap a memory row.",
+            f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
+        ),
+        Alert(
+            "GpuRowRemapPending", f"{held(s, gpu_metrics.ROW_REMAP_PENDING)} == 1", "warning",
+            "A GPU has a row remap pending until it is reset.",
+            f"{GPU_LABELS} has a pending row remap; it takes effect at the next GPU reset.",
+            s.gpu_state_for,
+        ),
     ]
-    memory = [
+    ecc = [
         Alert(
             "GpuUncorrectableEccError",
             # The counter against itself xid_window ago, each end held over a missed scrape: short reads per GPU
@@ -162,25 +173,14 @@ def alert_rules(s: Settings) -> list[Group]:
             "A GPU had uncorrectable ECC errors.",
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
-        Alert(  # no for: a missed scrape delays it by one scrape, keep_firing_for holds it once it fires
-            "GpuRowRemapFailed", f"{sel(s, gpu_metrics.ROW_REMAP_FAILED)} == 1", "critical",
-            "A GPU failed to remap a memory row.",
-            f"{GPU_LABELS} failed a row remap: its memory cannot be repaired in the field. Replace the GPU (RMA).",
-        ),
-        Alert(
-            "GpuRowRemapPending", f"{held(s, gpu_metrics.ROW_REMAP_PENDING)} == 1", "warning",
-            "A GPU has a row remap pending until it is reset.",
-            f"{GPU_LABELS} has a pending row remap; it takes effect at the next GPU reset.",
-            s.gpu_state_for,
-        ),
     ]
-    return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-memory", tuple(memory))]
+    return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-ecc", tuple(ecc))]
 
 
 # The degradation alerts by part of the GPU, a group each: a group's rules are evaluated one after another and
 # groups side by side, and together they took 2.3 s an evaluation at 2,048 nodes (docs/benchmarks-fleet.md).
 DEGRADATION_GROUPS = {
-    "fleetscope-gpu-ecc": ("GpuCorrectableEccAccelerating",),
+    "fleetscope-gpu-ecc-trend": ("GpuCorrectableEccAccelerating",),
     "fleetscope-gpu-clocks": ("GpuThrottled", "GpuTemperatureNearSlowdown", "GpuSmClockBelowPeers"),
     "fleetscope-gpu-pcie": ("GpuPcieReplaysHigh", "GpuPcieLinkDowntrained"),
     "fleetscope-gpu-nvlink": ("GpuNvlinkErrors", "GpuNvlinkDown"),
