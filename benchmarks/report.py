@@ -779,6 +779,7 @@ def render_budget() -> list[str]:
         "exports per metric). Rules and dashboards at 64 to 2,048 such nodes: `docs/benchmarks-fleet.md`",
         "(`python3 benchmarks/fleet.py`), `docs/benchmarks-fleet-2048.md` (the same on 16 cores) and each rule",
         "group's time at 2,048 nodes, `docs/benchmarks-rule-groups.md` (`python3 benchmarks/rule_groups.py`).",
+        "The rule-group times there are projected from the 16-core run's per-rule times, not re-measured.",
         "",
         *series_budget_table(),
         "",
