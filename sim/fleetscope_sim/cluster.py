@@ -221,6 +221,10 @@ class SimCluster:
     _next_tree_write: dict[str, float] = field(default_factory=dict)
     _exited: set[tuple[str, int]] = field(default_factory=set)  # (job, rank) whose process died
     _thread: threading.Thread | None = None
+    # The longest stretch between two ticks (seconds, and the simulation time it ended at). Ranks report where
+    # they are only at ticks: through a stretch past the hang rules' 15 s floor every simulated rank stays where it
+    # was, its peers waiting in a collective, a hang to any observer (a real job's ranks never wait on this loop).
+    longest_tick_gap: tuple[float, float] = (0.0, 0.0)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -399,6 +403,8 @@ class SimCluster:
             if duration is not None and now >= duration:
                 break
             self.tick(now, max(0.0, now - last))
+            if now - last > self.longest_tick_gap[0]:
+                self.longest_tick_gap = (now - last, now)
             last = now
             if on_tick is not None:
                 on_tick(now)

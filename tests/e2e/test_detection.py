@@ -76,6 +76,7 @@ class DetectionRun:
     report: str
     panels_without_data: list[str]
     panel_count: int
+    longest_tick_gap: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +130,8 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
     assert all(up.values()), f"targets down at the end: {up}; node logs in {workdir}"
     shutil.rmtree(workdir, ignore_errors=True)  # the trees live on tmpfs: give the memory back
     outcomes, strays = evaluate(expectations, list(watchers[0].sightings.values()), clusters[0].started_at)
+    gap, at = clusters[0].longest_tick_gap
+    tick_gap = f"the longest stretch between two ticks of the fault run {gap:.1f} s (ending at t+{at:.0f} s)"
     healthy_sightings = list(watchers[1].sightings.values())
     report = render_report(outcomes, strays, healthy_sightings, {
         "Fault run": f"{len(faulty.nodes)} nodes (p5.48xlarge and p4d.24xlarge alternating), "
@@ -137,6 +140,7 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
         "Simulated time": f"{RUN_SECONDS:.0f} s per run; scrape and rule evaluation every 5 s",
         "Rules": "alerts/fleetscope.e2e.rules.yml (production thresholds, compressed windows)",
         "Wall time": f"{time.time() - started:.0f} s",
+        "Simulator": tick_gap,
         "Prometheus": _prometheus_version(prometheus_binary),
         "Dashboards": f"{len(panel_queries) - len(panels_without_data)} of {len(panel_queries)} panel queries "
                       "returned data from the fault run's Prometheus",
@@ -144,7 +148,8 @@ def detection_run(prometheus_binary: str, port_run: Callable[[int], int]) -> Det
     os.makedirs(os.path.dirname(REPORT), exist_ok=True)
     with open(REPORT, "w", encoding="utf-8") as handle:
         handle.write(report)
-    return DetectionRun(outcomes, strays, healthy_sightings, report, panels_without_data, len(panel_queries))
+    return DetectionRun(outcomes, strays, healthy_sightings, report, panels_without_data, len(panel_queries),
+                        tick_gap)
 
 
 def _prometheus_version(binary: str) -> str:
@@ -176,7 +181,9 @@ def test_no_stray_alerts_in_the_fault_run(detection_run: DetectionRun) -> None:
     gap_nodes = {f.node for f in FAULTS if f.kind in KNOWN_GAPS and f.node}
     unexplained = [s.labels for s in detection_run.strays
                    if s.labels.get("training_job") not in gap_jobs and s.labels.get("instance") not in gap_nodes]
-    assert unexplained == []
+    # A stray hang beside a long stretch between ticks is the simulator's stall, seen as what it is (a rank that
+    # stopped): the message says so, the test still fails.
+    assert unexplained == [], f"stray alerts; {detection_run.longest_tick_gap}"
 
 
 def test_every_dashboard_panel_returns_data(detection_run: DetectionRun) -> None:

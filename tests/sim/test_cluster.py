@@ -90,3 +90,22 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     # Every background collector of the node worked on the generated tree.
     failing = [s.labels["collector"] for s in second["fleetscope_collector_success"] if s.value != 1]
     assert failing == []
+
+
+def test_the_longest_stretch_between_ticks_is_kept(scratch):
+    spec = make_cluster(nodes=1, jobs=1, base_port=free_port_run(1), step_seconds=1.0, tick=0.05)
+    cluster = SimCluster(spec, str(scratch))
+    cluster.build()
+    stalled: list[float] = []
+
+    def stall_once(now: float) -> None:
+        if now > 0.2 and not stalled:  # the loop stalls once, as on a starved machine
+            stalled.append(now)
+            time.sleep(0.6)
+
+    try:
+        cluster.run(duration=1.2, on_tick=stall_once)
+    finally:
+        cluster.stop()
+    gap, at = cluster.longest_tick_gap
+    assert gap >= 0.6 and stalled[0] < at < stalled[0] + 1.0
