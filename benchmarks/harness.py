@@ -306,6 +306,22 @@ class Service:
             time.sleep(0.2)
         raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; see {self.log_path}")
 
+    def lost_its_port(self) -> bool:
+        """Whether it exited because its port was taken: ``free_port`` hands out a port it no longer holds, and
+        beside a parallel test suite's connections another process may take it first (uvicorn and Go say so)."""
+        if self.process is None or self.process.poll() is None:
+            return False
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as log:
+            log.seek(max(0, os.path.getsize(self.log_path) - 4096))
+            return b"address already in use" in log.read().lower()
+        return False
+
+    def move_to(self, port: int) -> None:
+        """The same service on another port (its argv names the old one once, as HOST:port)."""
+        old, new = f"{HOST}:{self.port}", f"{HOST}:{port}"
+        self.argv = [arg.replace(old, new) for arg in self.argv]
+        self.port = port
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -328,7 +344,15 @@ class Services:
             service.start()
             self.started.append(service)
         for service in services:
-            service.wait_ready(ready_timeout)
+            for attempt in range(3):
+                try:
+                    service.wait_ready(ready_timeout)
+                    break
+                except RuntimeError:
+                    if attempt == 2 or not service.lost_its_port():
+                        raise
+                    service.move_to(free_port())
+                    service.start()
 
     def __enter__(self) -> Self:
         return self

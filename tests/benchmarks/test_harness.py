@@ -174,3 +174,23 @@ def test_series_map_to_the_collector_whose_table_declares_them() -> None:
     assert owner_of("fleetscope_collector_success", owners) == "engine"
     assert owner_of("training_loss", owners) == "pushed groups"  # a Pushgateway-style family
     assert owner_of("fleetscope_not_a_metric", owners) == "unmapped"
+
+
+def test_a_service_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    import socket
+    import sys
+
+    from benchmarks.harness import HOST, Service, Services
+
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        serve = ("import http.server, sys; host, port = sys.argv[1].split(':'); "
+                 "http.server.HTTPServer((host, int(port)), http.server.SimpleHTTPRequestHandler).serve_forever()")
+        argv = [sys.executable, "-c", serve, f"{HOST}:{port}"]
+        daemon = Service("daemon", argv, port, str(tmp_path / "daemon.log"))
+        with Services() as services:
+            services.start(daemon, ready_timeout=60)
+            assert daemon.port != port and f"{HOST}:{daemon.port}" in daemon.argv
+            assert b"address already in use" in (tmp_path / "daemon.log").read_bytes().lower()  # the first start
