@@ -45,7 +45,10 @@ def main() -> int:
     tracker.close(timeout=10)
     stats = tracker.stats()
     dist.destroy_process_group()
-    return 0 if stats.sent == STEPS else 1
+    if stats.sent != STEPS:
+        print(f"rank {rank}: {stats.sent} of {STEPS} steps delivered: {stats}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -182,3 +182,68 @@ def test_pushes_share_one_kept_alive_connection_and_survive_an_idle_close() -> N
         sender.close()
         server.shutdown()
         server.server_close()
+
+
+class _StallingDaemon:
+    """A push endpoint that stores the first push, then answers the next ``stalls`` pushes too late."""
+
+    def __init__(self, stalls: int, stall_seconds: float) -> None:
+        import http.server
+        import threading
+
+        self.records: list[dict] = []  # type: ignore[type-arg]
+        self.requests = 0
+        daemon = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                import json
+
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                daemon.requests += 1
+                if 1 < daemon.requests <= 1 + stalls:
+                    time.sleep(stall_seconds)  # the client has timed out by now: this push is not stored
+                    return
+                daemon.records.extend(body if isinstance(body, list) else [])
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_close_retries_a_daemon_that_answered_before_until_its_deadline() -> None:
+    """A loaded node's daemon misses two pushes while the job exits: close(10) still delivers the last steps."""
+    daemon = _StallingDaemon(stalls=2, stall_seconds=0.6)
+    try:
+        sender = Sender(daemon.url, batch_size=100, flush_interval=0.05, timeout=0.3)
+        sender.put({"job": "slow", "rank": 0, "step": 1, "step_seconds": 1})
+        assert wait_for(lambda: sender.stats().sent == 1)
+        for step in range(2, 6):
+            sender.put({"job": "slow", "rank": 0, "step": step, "step_seconds": 1})
+        sender.close(10)
+        stats = sender.stats()
+        assert (stats.sent, stats.pending) == (5, 0), stats
+        assert [r["step"] for r in daemon.records] == [1, 2, 3, 4, 5]
+        assert daemon.requests == 4  # one stored, two timed out, the last one stored
+    finally:
+        daemon.stop()
+
+
+def test_close_gives_a_daemon_never_reached_one_attempt() -> None:
+    """A job on a node without the daemon must not wait close()'s whole timeout at every exit."""
+    sender = Sender(f"http://127.0.0.1:{free_port()}", flush_interval=0.05, timeout=0.5)
+    sender.put({"job": "alone", "rank": 0, "step": 1, "step_seconds": 1})
+    started = time.monotonic()
+    sender.close(10)
+    assert time.monotonic() - started < 5  # one refused connection, not ten seconds of retries
+    assert sender.stats().pending == 1

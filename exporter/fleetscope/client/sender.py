@@ -28,6 +28,7 @@ import logging
 import os
 import random
 import threading
+import time
 import urllib.parse
 import weakref
 from collections import deque
@@ -166,6 +167,8 @@ class Sender:
         self._connection: http.client.HTTPConnection | None = None
         self._muted = False  # never sends: a forked child, or a process that is not the rank's
         self._abandoned = False
+        self._answered = False  # the daemon has stored a push from this process
+        self._close_by = 0.0  # monotonic deadline of close(): the last flush retries until then
         _register_cleanup(self)
 
     # -- training thread side -----------------------------------------------------------------
@@ -191,7 +194,12 @@ class Sender:
         return self.buffer.stats(self.failures, self.error)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush what is buffered (one attempt) and stop the thread, waiting at most ``timeout``."""
+        """Flush what is buffered and stop the thread, waiting at most ``timeout``.
+
+        A daemon that has answered this process before is retried until the deadline (a slow moment on a
+        loaded node must not lose the last steps); one never reached gets one attempt, so a job on a node
+        without the daemon does not wait ``timeout`` at every exit."""
+        self._close_by = time.monotonic() + timeout
         self._stop.set()
         self._wake.set()
         thread = self._thread
@@ -249,6 +257,9 @@ class Sender:
                     self.buffer.give_back(batch)
                     self.failures += 1
                     backoff = min(self.max_backoff, max(0.5, backoff * 2)) * random.uniform(0.8, 1.2)
+                    if stopping and self._retry_before_close(backoff):
+                        heartbeat = bool(self.reports)  # the goodbye is not sent yet
+                        continue
                     break
                 self.buffer.settle(batch, delivered=outcome)
                 backoff = 0.0
@@ -257,6 +268,18 @@ class Sender:
             if stopping:
                 self._disconnect()
                 return
+
+    def _retry_before_close(self, backoff: float) -> bool:
+        """While closing: wait for the next attempt if the daemon has answered before and close() still has
+        time for a push's timeout after the wait."""
+        if not self._answered or self._abandoned:
+            return False
+        wait = min(backoff, 1.0)
+        if time.monotonic() + wait + self.timeout > self._close_by:
+            return False
+        self._wake.clear()
+        self._wake.wait(wait)  # abandon() wakes it
+        return not self._abandoned
 
     def _position(self, ending: bool) -> dict[str, Any] | None:
         try:
@@ -298,6 +321,7 @@ class Sender:
             self.reports = False
             return self._deliver(batch, None) if batch else True
         if status < 300:
+            self._answered = True
             return True
         if status == 429 or status >= 500:
             self._warn(f"daemon answered {status}")
