@@ -259,7 +259,12 @@ def pace_alert_rules(s: Settings) -> Group:
                 f"avg_over_time({JOB_STEP}[{s.slowdown_window}])\n"
                 f"  /\n"
                 f"avg_over_time({JOB_STEP}[{s.slowdown_window}] offset {s.slowdown_baseline_offset})\n"
-                f"  > {num(s.slowdown_ratio)}"
+                f"  > {num(s.slowdown_ratio)}\n"
+                # A job that makes no steps (hung, a rank dead, paused) keeps its last medians: frozen, they
+                # read as slower than its first steps on the loader's prefetched batches. Its stop is
+                # TrainingJobHang's or a pause, not a slower pace.
+                f"  unless on ({JOB_KEY})\n"
+                f"{JOB_STEP_RATE} == 0"
             ),
             "warning",
             "A training job's steps are slower than its own recent baseline.",
