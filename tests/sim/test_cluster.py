@@ -25,7 +25,7 @@ def _samples(url: str) -> dict[str, list]:
 def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     faults = parse_schedule([
         {"kind": "efa_device_missing", "at": 0, "node": "node-01", "device": "rdmap32s27"},
-        {"kind": "rank_dies", "at": 12, "job": "job-a", "rank": 13},
+        {"kind": "rank_dies", "at": 20, "job": "job-a", "rank": 13},
     ])
     spec = make_cluster(nodes=2, jobs=1, base_port=free_port_run(2), faults=faults, step_seconds=1.0,
                         collector_interval=1.0)
@@ -41,11 +41,12 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
         second = _samples(cluster.url("node-00"))
         before = _samples(cluster.url("node-01"))  # its daemon sees the rank processes alive
         # On a loaded machine (the suite runs in parallel) a rank's first report may come late: read again until
-        # all eight are there, while rank 13 still lives (it dies at t+12 s).
-        while len(before.get("fleetscope_training_process_up", [])) < 8 and cluster.elapsed < 10:
+        # all eight are there, while rank 13 still lives (it dies at t+20 s; in r12 its first report came after
+        # t+10 s, when it died at t+12 s).
+        while len(before.get("fleetscope_training_process_up", [])) < 8 and cluster.elapsed < 18:
             time.sleep(0.5)
             before = _samples(cluster.url("node-01"))
-        # Rank 13 dies at t+12 s, inside its step: every other rank waits for it in the collective.
+        # Rank 13 dies at t+20 s, inside its step: every other rank waits for it in the collective.
         deadline = time.monotonic() + 60
         while True:
             p4d = _samples(cluster.url("node-01"))
