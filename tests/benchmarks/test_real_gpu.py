@@ -29,7 +29,7 @@ def test_plausibility_rules_can_fail() -> None:
 def test_the_report_lists_every_gpu_field_and_the_scenario_differences(tmp_path) -> None:
     node = FixtureNode.build(str(tmp_path / "node"), "p5", "h100_8x_healthy")
     fake = node.fake()
-    snapshot = take_snapshot(node.config, nvml_timeout=1.0, gpm_interval=0.05, event_wait=0.05)
+    snapshot = take_snapshot(node.config, nvml_timeout=10.0, gpm_interval=0.05, event_wait=0.05)
     assert fake is not None
     fake.release()
     capture = str(tmp_path / "h100_real.tar.gz")
@@ -57,7 +57,7 @@ def test_kernel_log_lines_are_the_driver_s_redacted() -> None:
 def test_scenario_differences_name_what_differs(tmp_path) -> None:
     node = FixtureNode.build(str(tmp_path / "node"), "p5", "older_driver")
     fake = node.fake()
-    snapshot = take_snapshot(node.config, nvml_timeout=1.0, gpm_interval=0.05, event_wait=0.05)
+    snapshot = take_snapshot(node.config, nvml_timeout=10.0, gpm_interval=0.05, event_wait=0.05)
     assert fake is not None
     fake.release()
     capture = str(tmp_path / "older.tar.gz")

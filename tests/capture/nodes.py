@@ -58,7 +58,10 @@ class FixtureNode:
             shutil.copyfile(kmsg, os.path.join(root, "kmsg"))
         node_settings = {
             "path.sysfs": sysfs, "path.procfs": procfs, "path.kmsg": os.path.join(root, "kmsg"),
-            "gpu.jobs-dir": os.path.join(root, "jobs"), "collector.gpu.timeout": 2, "collector.steps": False,
+            "gpu.jobs-dir": os.path.join(root, "jobs"), "collector.steps": False,
+            # A first collection of 8 GPUs is all Python over the fake: at the suite's filler priority beside the
+            # e2e runs it once took over 2 s (r13), and a timed-out GPU collector replays as a different node.
+            "collector.gpu.timeout": 20,
             **(settings or {}),
         }
         return cls(root, scenario, node_settings)

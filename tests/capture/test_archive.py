@@ -70,7 +70,7 @@ def identified_node(root: str) -> FixtureNode:
 def capture(node: FixtureNode, **kwargs: object) -> object:
     fake = node.fake()
     try:
-        return take_snapshot(node.config, ena_reader=ena_reading, nvml_timeout=1.0, gpm_interval=0.05,
+        return take_snapshot(node.config, ena_reader=ena_reading, nvml_timeout=10.0, gpm_interval=0.05,
                              event_wait=0.05, **kwargs)  # type: ignore[arg-type]
     finally:
         if fake is not None:
