@@ -2,7 +2,7 @@
 
 Started by torchrun from test_gloo_training.py: ``StepTracker()``,
 ``tracker.watch(DDP(model))`` and ``for batch in tracker.steps(loader)``.
-Rank 1's accelerator share takes 20 ms longer per step (a wait inside forward
+Rank 1's accelerator share takes 60 ms longer per step (a wait inside forward
 and backward), so rank 0 must show the difference as exposed
 communication, measured by watch(), and rank 1 as compute.
 """
@@ -19,7 +19,7 @@ from fleetscope.client import StepTracker
 from tests.e2e.gloo_rank import Accelerator
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))
-SLOW_SECONDS = 0.02  # extra accelerator time per step on rank 1 (half in forward, half in backward)
+SLOW_SECONDS = 0.06  # extra accelerator time per step on rank 1 (half in forward, half in backward)
 
 
 def main() -> int:
