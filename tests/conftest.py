@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -102,94 +100,3 @@ def require_binary(name: str) -> str:
             pytest.fail(f"{name} is required in CI but not installed")
         pytest.skip(f"{name} not installed")
     return path
-
-
-# pytest-xdist, as scripts/test runs the suite (``-n N --dist loadgroup``). A module is one unit of work, so a
-# module- or session-scoped fixture (a Prometheus run, a built wheel) is set up once, in one worker, and a
-# module's tests never overlap each other; modules named together in SHARED_WORKER are one unit, run one
-# after the other. (xdist's own loadgroup reads xdist_group marks through a node id that pytest 9.2 no longer
-# lets a plugin rewrite, so the grouping is declared here, where the controller, which collects nothing,
-# can read it.) Workers take units in collection order, and the end-to-end modules come first.
-SHARED_WORKER: dict[str, str] = {}  # module path -> group name
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        first_round = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return SHARED_WORKER.get(module, module)
-
-        def schedule(self) -> None:
-            self.first_round = self.collection is None
-            try:
-                super().schedule()
-            finally:
-                self.first_round = False
-
-        def _assign_work_unit(self, node: Any) -> None:
-            # xdist gives each worker a second unit at once (a worker holds its last test until it knows what
-            # comes next). In the first round that look-ahead comes from the end of the queue, a short module:
-            # taken from the front, one long unit would wait minutes behind another on the same worker.
-            if self.first_round and self.assigned_work.get(node) and len(self.workqueue) > 1:
-                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
-            super()._assign_work_unit(node)
-
-    config.option.loadscopereorder = False  # collection order: the longest units first
-    return ModuleScheduling(config, log)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_cost_class)
-
-
-# The real torch.distributed runs start first, together: TrainingJobSlowdown compares a job's steps with its
-# own 3 minutes earlier, so a job that starts amid the suite's busiest moment keeps a conservative baseline, and
-# a run started minutes later beside it (32 torch imports at once) would stretch its steps after the baseline.
-REAL_TRAINING = ("tests/e2e/test_straggler_sensitivity.py", "tests/e2e/test_training_jobs.py")
-
-
-def _cost_class(item: pytest.Item) -> int:
-    if item.nodeid.split("::", 1)[0] in REAL_TRAINING:
-        return 0
-    if item.get_closest_marker("e2e"):
-        return 1
-    if item.get_closest_marker("slow"):
-        return 2
-    return 3
-
-
-# The end-to-end runs (minutes, mostly waiting on Prometheus evaluations and simulated time) set the suite's
-# length, and some of them time real training steps. In parallel workers, the short modules run at a lower
-# CPU priority: they take the cores the end-to-end runs leave idle and do not stretch a rank's step. Each test
-# sets its worker's priority for its class: a worker whose first-round look-ahead was a short module goes on to
-# a long unit, where at the filler's priority its in-process parts (a simulator's loop, a test daemon's thread)
-# fall behind the training runs: the likely cause of a stray hang verdict (r4) and of a rank's lost pushes (r11).
-# Raising it back takes root, as CI runs; elsewhere the worker stays at the filler's priority.
-FILLER_NICENESS = 10
-WORKER_NICENESS = os.nice(0)  # this process's priority when it started, before any filler
-
-
-def daemon_priority() -> None:
-    """In a daemon under test, between fork and exec: back to the worker's own priority where the system lets it
-    (root, as CI runs). A worker that ran a short module before (every worker after its first long unit) is at
-    the filler's, and its daemons inherit it: at +10 beside the nice-0 training runs, tests/reliability/test_floods'
-    daemon got about 1% of a core and answered scrapes in 12 s and 17 s, against Prometheus's 10 s timeout."""
-    if os.nice(0) != WORKER_NICENESS:
-        with contextlib.suppress(OSError):  # not allowed: it stays where the worker is
-            os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICENESS)
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    wanted = FILLER_NICENESS if _cost_class(item) == 3 else WORKER_NICENESS
-    if os.nice(0) != wanted:
-        with contextlib.suppress(OSError):  # raising it back needs root: without, it stays lower
-            os.setpriority(os.PRIO_PROCESS, 0, wanted)

@@ -247,12 +247,11 @@ class SimCluster:
             collectives.start({name: int(self.nodes[name].model.uptime * CLOCK_TICKS) for name in spec.nodes})
             self.collectives.append(collectives)
 
-    def start(self, ready_timeout: float = 240.0, preexec_fn: Callable[[], None] | None = None) -> None:
+    def start(self, ready_timeout: float = 240.0) -> None:
         """Build, start one daemon process per node and wait until each answers /readyz.
 
         Generous: sixteen daemons importing FastAPI at once on a 2-core machine under a load average
-        of 50 were not all up after 90 s. ``preexec_fn`` runs in each daemon between fork and exec (a test
-        suite sets the daemons' priority there)."""
+        of 50 were not all up after 90 s."""
         if not self.nodes:
             self.build()
         self.started_at = time.time()
@@ -265,7 +264,6 @@ class SimCluster:
                      "--interval", str(self.spec.collector_interval),
                      *(f"--set={key}={value}" for key, value in self.spec.daemon_settings)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    preexec_fn=preexec_fn,  # noqa: PLW1509 - the caller's, for a priority or a limit
                 )
         self.wait_ready(ready_timeout)
 

@@ -59,8 +59,8 @@ class FixtureNode:
         node_settings = {
             "path.sysfs": sysfs, "path.procfs": procfs, "path.kmsg": os.path.join(root, "kmsg"),
             "gpu.jobs-dir": os.path.join(root, "jobs"), "collector.steps": False,
-            # A first collection of 8 GPUs is all Python over the fake: at the suite's filler priority beside the
-            # e2e runs it once took over 2 s (r13), and a timed-out GPU collector replays as a different node.
+            # A first collection of 8 GPUs is all Python over the fake: on a loaded machine it once took over 2 s
+            # (r13), and a timed-out GPU collector replays as a different node.
             "collector.gpu.timeout": 20,
             **(settings or {}),
         }

@@ -41,7 +41,7 @@ def _capture(scenario: str, **kwargs: float) -> dict:
     on_the_bus = [(g.pci_domain, g.pci_bus, g.pci_device) for g in fake.gpus]  # what sysfs would list
     with installed(fake):
         # Only a call that hangs for good meets the limit, so it costs nothing elsewhere: generous, because a
-        # capture at the suite's filler priority beside the e2e runs can wait seconds for a core.
+        # capture on a loaded machine can wait seconds for a core.
         result = capture_nvml(on_the_bus, timeout=kwargs.get("timeout", 10.0), gpm_interval=0.05, event_wait=0.05)
     assert result.scenario is not None, result.error
     return result.scenario

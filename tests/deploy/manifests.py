@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, daemon_priority, require_binary
+from tests.conftest import ROOT, require_binary
 
 REPO = Path(ROOT)
 KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
@@ -33,10 +33,8 @@ def load_generator() -> ModuleType:
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
     kubectl = require_binary("kubectl")
-    # At the worker's own priority, not the filler's: at +10 beside the suite's first minute (torch imports, 16-rank
-    # runs) a 0.3 s render took over 60 s (fresh-clone run r2, 12 errors).
     result = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=180,
-                            check=False, preexec_fn=daemon_priority)
+                            check=False)
     assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 

@@ -8,7 +8,6 @@ memory (VmRSS and its peak VmHWM), open files and log size are read from
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import FIXTURES, ROOT, daemon_priority, free_port, require_binary
+from tests.conftest import FIXTURES, ROOT, free_port, require_binary
 
 P5 = os.path.join(FIXTURES, "p5")
 # The DaemonSet's memory limit (deploy/kubernetes/base/daemonset.yaml, docs/benchmarks.md): every flood
@@ -65,19 +64,12 @@ class Daemon:
                     "path.procfs": os.path.join(P5, "proc"), "collector.gpu": "false", "collector.ena": "false",
                     "collector.nccl": "false", **self.flags}
         argv = [sys.executable, "-m", "fleetscope", "serve", *(_flag(k, v) for k, v in settings.items())]
+        if self.open_files is not None:  # util-linux's prlimit sets the limit, then execs the daemon
+            argv = ["prlimit", f"--nofile={self.open_files}:{self.open_files}", "--", *argv]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
         env["PYTHONPATH"] = os.path.join(ROOT, "exporter")
-        limit = self.open_files
-
-        def limits() -> None:
-            if limit is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-            daemon_priority()  # a node daemon's priority, not the test runner's filler one
-
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child owns it for its whole life
-        # preexec_fn only sets a resource limit and the priority between fork and exec (no locks taken in the child).
-        self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=limits,  # noqa: PLW1509
-                                        cwd=ROOT)
+        self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=ROOT)
         log.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

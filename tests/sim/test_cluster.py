@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope_sim.cluster import SimCluster, make_cluster
 from fleetscope_sim.faults import parse_schedule
-from tests.conftest import daemon_priority, free_port_run
+from tests.conftest import free_port_run
 
 
 def _samples(url: str) -> dict[str, list]:
@@ -31,9 +31,7 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     spec = make_cluster(nodes=2, jobs=1, base_port=free_port_run(2), faults=faults, step_seconds=1.0,
                         collector_interval=1.0)
     cluster = SimCluster(spec, str(scratch))
-    # The node daemons at the worker's own priority: at the filler's +10 an EFA collection timed out under the
-    # suite's load and its scrape served none (fresh-clone run r10).
-    cluster.start(preexec_fn=daemon_priority)
+    cluster.start()
     try:
         cluster.run_in_thread()
         time.sleep(4)
