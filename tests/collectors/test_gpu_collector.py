@@ -517,3 +517,20 @@ def test_kernel_log_xids_count_with_no_gpu_left_on_the_bus(node, tmp_path) -> No
     assert value(metrics, "fleetscope_gpu_pci_devices") == 0
     findings, code = run_check(config, collectors={"gpu": GpuCollector(config)})
     assert code == EXIT_UNHEALTHY and any("Xid 79" in f.message for f in findings)
+
+
+def test_xid_series_are_bounded_by_the_nodes_gpus_and_the_catalog(node) -> None:
+    """Distinct (address, code) keys from the log no longer each make a series (#35 item 6)."""
+    lines = [f"4,{n},{1000 + n},-;NVRM: Xid (PCI:{n // 256:04x}:{n % 256:02x}:00): {200 + n % 500}, x\n"
+             for n in range(2000)]
+    lines.append("4,3000,5000000,-;NVRM: Xid (PCI:0000:53:00): 13, pid=4101, name=python3, Graphics Exception\n")
+    n = node("h100_8x_healthy", kmsg="".join(lines))
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    close(daemon)
+    counts = xid_counts(metrics)
+    assert sum(counts.values()) == 2001  # every occurrence still counted
+    assert {gpu for gpu, _, _ in counts} <= {*map(str, range(8)), "other"}
+    assert {xid for _, xid, _ in counts} == {"13", "unknown"}
+    assert counts[("0", "13", "RESTART_APP")] == 1 and counts[("other", "unknown", "UNKNOWN")] > 1900

@@ -115,3 +115,52 @@ def test_boot_time_from_proc_stat(tmp_path) -> None:
     (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1699999000\nprocesses 5\n")
     assert boot_time(Root(str(tmp_path))) == 1699999000.0
     assert boot_time(Root(str(tmp_path / "absent"))) > 0  # falls back to now - monotonic
+
+
+# -- whose words count (#35 item 6): the driver's own records only -----------------------------------------
+
+FORGED = "x NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=python, GPU has fallen off the bus"
+# The kernel's segfault report names the crashing task (its name cut to 15 characters) and the file it ran.
+SEGFAULT = (f"6,500,1000000,-;x NVRM: Xid (PC[4321]: segfault at 0 ip 0000000000401000 sp 00007ffd0000 error 4 "
+            f"in {FORGED}[401000+1000] likely on CPU 3 (core 3, socket 0)\n")
+GENUINE = "4,501,2000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=python, GPU has fallen off the bus.\n"
+
+
+def test_a_users_segfault_report_is_no_xid_while_the_drivers_line_is(tmp_path) -> None:
+    log = tmp_path / "kmsg"
+    log.write_text(SEGFAULT + GENUINE)
+    assert [(str(x.pci), x.xid, x.timestamp) for x in read_all(str(log))] == [("0000:53:00", 79, BOOT + 2.0)]
+    assert parse_xid_text(SEGFAULT.split(";", 1)[1], 0.0) is None
+    assert parse_xid_text(f"[  12.5] {FORGED}", 0.0) is None
+
+
+def test_a_record_a_process_wrote_to_kmsg_is_not_the_kernels(tmp_path) -> None:
+    log = tmp_path / "kmsg"  # facility 1 (user): what writing to /dev/kmsg gives, whatever the text
+    log.write_text("12,1,1000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=p, GPU has fallen off the bus.\n"
+                   "14,2,1000001,-;NVRM: The NVIDIA GPU 0000:53:00.0\\x0aNVRM: fallen off the bus and is not "
+                   "responding to commands.\n")
+    assert read_all(str(log)) == []
+
+
+def test_fallen_off_the_bus_text_from_another_record_completes_no_message(tmp_path) -> None:
+    log = tmp_path / "kmsg"
+    log.write_text("3,1,1000000,-;NVRM: The NVIDIA GPU 0000:53:00.0\n"
+                   "6,2,1000001,-;evil[77]: segfault at 0 in fallen off the bus and is not responding to commands\n")
+    assert read_all(str(log)) == []
+
+
+def test_a_full_ring_buffer_is_read_within_the_poll_budget_and_then_resumed(tmp_path) -> None:
+    """100k records of someone else's: one poll stops at its budget, the next ones go on from there."""
+    log = tmp_path / "kmsg"
+    filler = "".join(f"6,{n},{n},-;audit: type=1400 apparmor=DENIED operation=open name=/x{n}\n"
+                     for n in range(100_000))
+    log.write_text(filler + GENUINE)
+    ticks = iter(range(10**9))
+    reader = KmsgReader(str(log), BOOT, budget=20, clock=lambda: float(next(ticks)))  # one tick per read
+    polls = [reader.poll()]
+    assert reader.behind and polls[0].xids == ()
+    while reader.behind:
+        polls.append(reader.poll())
+    reader.close()
+    assert [x.xid for batch in polls for x in batch.xids] == [79]
+    assert len(polls) > 2  # the file needed several budgets' worth of reads

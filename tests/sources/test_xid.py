@@ -57,3 +57,14 @@ def test_outside_window_or_other_gpu_or_other_xid_is_new() -> None:
     assert ledger.counts() == {(GPU_A, 79): 2, (GPU_B, 79): 1, (GPU_A, 48): 1}
     assert ledger.last_timestamps() == {GPU_A: 1011.0, GPU_B: 1000.0}
     assert [s.timestamp for s in ledger.since(1005.0)] == [1011.0]
+
+
+def test_codes_outside_the_catalog_share_one_key() -> None:
+    from fleetscope.sources.xid import UNKNOWN_CODE, xid_label
+    ledger = XidLedger()
+    gpu = PciAddress.parse("0000:53:00")
+    for code in (5000, 5001, 999):
+        ledger.record(XidSighting(gpu, code, float(code), "kmsg"))
+    ledger.record(XidSighting(gpu, 79, 1.0, "kmsg"))
+    assert ledger.counts() == {(gpu, UNKNOWN_CODE): 3, (gpu, 79): 1}
+    assert xid_label(UNKNOWN_CODE) == "unknown"

@@ -30,9 +30,18 @@ from fleetscope.sources.gpu_jobs import JobAttribution, attribute
 from fleetscope.sources.kmsg import KmsgReader, boot_time
 from fleetscope.sources.nvml import GpuIdentity, NvmlReading, NvmlSource
 from fleetscope.sources.pci import PciGpu, list_gpus
-from fleetscope.sources.xid import PciAddress, XidLedger, XidSighting, is_fatal, xid_action
+from fleetscope.sources.xid import (
+    OTHER_GPU,
+    PciAddress,
+    XidLedger,
+    XidSighting,
+    is_fatal,
+    xid_action,
+    xid_label,
+)
 
 logger = logging.getLogger(__name__)
+MAX_ANNOUNCED_GPUS = 64  # "NVRM: GPU at PCI:..." lines remembered (a node has at most a few dozen GPUs)
 
 # What every NVIDIA GPU since Kepler answers, MIG or not: a GPU with none of them is one fleetscope cannot see.
 BASICS = frozenset({"memory_used", "temperature", "power"})
@@ -77,7 +86,9 @@ class GpuCollector(Collector, HealthCheck, Closeable):
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _read_kmsg(self) -> None:
+    def _read_kmsg(self, gpus: set[PciAddress]) -> None:
+        """New kernel-log Xids into the ledger; an address that is none of ``gpus`` (nor announced by the
+        driver) counts under :data:`OTHER_GPU`, so the keys stay bounded by the node's GPUs (#35 item 6)."""
         if not self.config.gpu.kmsg:
             return
         if self._kmsg is None:
@@ -92,9 +103,13 @@ class GpuCollector(Collector, HealthCheck, Closeable):
             self._kmsg = None
             return
         self._kmsg_failed = False
-        self._kmsg_uuids.update(batch.uuids)
+        for pci, uuid in batch.uuids.items():
+            if pci in self._kmsg_uuids or len(self._kmsg_uuids) < MAX_ANNOUNCED_GPUS:
+                self._kmsg_uuids[pci] = uuid
+        known = gpus | self._kmsg_uuids.keys()
         for xid in batch.xids:
-            self._ledger.record(XidSighting(xid.pci, xid.xid, xid.timestamp, "kmsg_fallen" if xid.multiline else "kmsg",
+            pci = xid.pci if xid.pci in known else OTHER_GPU
+            self._ledger.record(XidSighting(pci, xid.xid, xid.timestamp, "kmsg_fallen" if xid.multiline else "kmsg",
                                             xid.message))
 
     def snapshot(self) -> GpuSnapshot:
@@ -106,8 +121,8 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                 nvml = self._nvml.read()
             except NoHardware as exc:
                 nvml_error = str(exc)
-            self._read_kmsg()
-            labels = self._labels_by_pci(nvml, pci_gpus)
+            self._read_kmsg(set(self._labels_by_pci(nvml, pci_gpus)))
+            labels = self._labels_by_pci(nvml, pci_gpus)  # with the uuids the driver's log just announced
             jobs: dict[int, tuple[JobAttribution, ...]] = {}
             if nvml is not None:
                 pids = {s.identity.index: [p.pid for p in s.processes] for s in nvml.samples}
@@ -133,6 +148,8 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         return out
 
     def _gpu_labels(self, snapshot: GpuSnapshot, pci: PciAddress) -> tuple[str, str]:
+        if pci == OTHER_GPU:
+            return ("other", "")
         return snapshot.labels_by_pci.get(pci, (str(pci), self._kmsg_uuids.get(pci, "")))
 
     def _lost_identity(self, identity: GpuIdentity, snapshot: GpuSnapshot) -> GpuIdentity:
@@ -195,7 +212,8 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         if self.config.gpu.expected_count > 0:
             builder.add(gpu.EXPECTED_DEVICES, (), self.config.gpu.expected_count)
         for (pci, xid), count in sorted(snapshot.xid_counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            builder.add(gpu.XID_ERRORS_TOTAL, (*self._gpu_labels(snapshot, pci), str(xid), xid_action(xid)), count)
+            builder.add(gpu.XID_ERRORS_TOTAL, (*self._gpu_labels(snapshot, pci), xid_label(xid), xid_action(xid)),
+                        count)
         for pci, stamp in snapshot.xid_last.items():
             builder.add(gpu.LAST_XID_TIMESTAMP_SECONDS, self._gpu_labels(snapshot, pci), stamp)
         if nvml is not None:

@@ -261,8 +261,9 @@ XID_ERRORS_TOTAL = MetricSpec(
     "fleetscope_gpu_xid_errors_total", "counter",
     "Xid errors per GPU and code since the daemon started, including those still in the kernel ring buffer "
     "at start. action is the NVIDIA Xid catalog's immediate-action class (RESET_GPU, RESTART_BM, "
-    "RESTART_APP, IGNORE, ...; UNKNOWN if not in the catalog). Without NVML the gpu label follows PCI bus "
-    "order and uuid comes from the driver's log, if it printed one.",
+    "RESTART_APP, IGNORE, ...; UNKNOWN if not in the catalog, all such codes counted as xid=\"unknown\"). "
+    "A kernel-log Xid for an address that is none of the node's GPUs counts under gpu=\"other\". Without NVML "
+    "the gpu label follows PCI bus order and uuid comes from the driver's log, if it printed one.",
     (*_GPU, "xid", "action"), raw="nvmlEventSetWait_v2 / NVRM: Xid")
 LAST_XID_TIMESTAMP_SECONDS = MetricSpec(
     "fleetscope_gpu_last_xid_timestamp_seconds", "gauge",

@@ -8,6 +8,19 @@ the daemon started are seen once; later polls read only what is new. Reads are
 non-blocking: EAGAIN means "nothing new", EPIPE means records were overwritten
 before we read them (skip and go on).
 
+Only the driver speaks for the driver. A record counts when it comes from the
+kernel's own facility (0: a process writing to ``/dev/kmsg`` is given another)
+and its message *starts* with ``NVRM:``; anywhere else the text is someone
+else's words about it. The kernel quotes user-chosen text mid-message (a
+segfault report names the crashing binary, whose name can be
+``x NVRM: Xid (...): 79, ...``), so an unanchored pattern lets any local user
+forge an Xid. A plain text line (a dmesg or journal dump) may carry its
+``[  12.345]`` stamp or ``... kernel:`` prefix before ``NVRM:``, nothing else.
+
+Each poll reads for at most ``budget`` seconds and keeps its place, so a full
+ring buffer (100k records) never holds ``fleetscope check`` past its deadline;
+records without ``NVRM`` are skipped before they are decoded.
+
 Formats recognised (``../shared/reference/gpu.md`` §3.4)::
 
     NVRM: Xid (PCI:0000:53:00): 79, pid=1234, name=python, GPU has fallen off the bus.
@@ -29,6 +42,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetscope.errors import SourceError
@@ -38,6 +52,11 @@ from fleetscope.sources.xid import PciAddress
 logger = logging.getLogger(__name__)
 
 _PCI = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
+# What may stand before the driver's "NVRM:" on a plain text line: a dmesg stamp, a syslog/journal prefix.
+LINE_PREFIX_RE = re.compile(
+    r"(?:\[\s*\d+(?:\.\d+)?\]\s*)?(?:(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+\s+\S+\s+)?kernel:\s*(?:\[\s*\d+(?:\.\d+)?\]\s*)?)?"
+    r"(?=NVRM:)"
+)
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\): (?P<xid>\d+)(?P<rest>.*)", re.DOTALL)
 PID_RE = re.compile(r"^,\s*pid=(?P<pid>'<unknown>'|<unknown>|\d+)")
 NAME_RE = re.compile(r"^,\s*name=(?P<name>[^,]*)")
@@ -52,6 +71,9 @@ ESCAPE_RE = re.compile(r"\\x([0-9a-fA-F]{2})")
 # A multi-line "fallen off the bus" message is complete within this many records, or it is not that message.
 FALLEN_MAX_RECORDS = 6
 READ_SIZE = 8192
+POLL_BUDGET = 1.0  # seconds one poll may spend reading; the rest waits for the next poll
+SCAN_BATCH = 1024  # records scanned between looks at the clock
+KERNEL_FACILITY = 0  # syslog facility of the kernel's own records (prio >> 3)
 FALLEN_OFF_XID = 79
 
 
@@ -75,9 +97,18 @@ class KmsgBatch:
     uuids: dict[PciAddress, str] = field(default_factory=dict)
 
 
+def driver_text(text: str) -> str | None:
+    """The message from its ``NVRM:`` on, when it starts with the driver's prefix (after a line's stamp); else None."""
+    if text.startswith("NVRM:"):
+        return text
+    prefix = LINE_PREFIX_RE.match(text)
+    return text[prefix.end():] if prefix is not None else None
+
+
 def parse_xid_text(text: str, timestamp: float) -> KmsgXid | None:
-    """Parse one ``NVRM: Xid`` message (any variant); None if the text is not one."""
-    match = XID_RE.search(text)
+    """Parse one ``NVRM: Xid`` message (any variant); None if the text is not one or is not the driver's."""
+    own = driver_text(text)
+    match = XID_RE.match(own) if own is not None else None
     if match is None:
         return None
     rest = match.group("rest")
@@ -121,9 +152,14 @@ def boot_time(procfs: Root) -> float:
 class KmsgReader:
     """Incremental, non-blocking reader of kernel-log records; one per collector."""
 
-    def __init__(self, path: str, boot: float) -> None:
+    def __init__(self, path: str, boot: float, budget: float = POLL_BUDGET,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.boot = boot
+        self.budget = budget
+        self._clock = clock
+        self.behind = False  # the last poll stopped at its budget with records left unread
+        self._backlog: list[bytes] = []  # records read and not scanned yet
         self._fd: int | None = None
         self._pending = b""  # an incomplete last line of a regular file
         self._fallen: tuple[PciAddress, float, str, int] | None = None  # (gpu, stamp, text so far, records seen)
@@ -141,11 +177,14 @@ class KmsgReader:
                 raise SourceError(f"{self.path}: {exc.strerror}") from None
         return self._fd
 
-    def _read_records(self) -> list[bytes]:
+    def _read_records(self, deadline: float) -> list[bytes]:
+        """Whole records read before ``deadline`` (an incomplete last line of a file waits for its end)."""
         fd = self._open()
-        records: list[bytes] = []
-        data = self._pending
+        chunks = [self._pending]
         while True:
+            if self._clock() > deadline:
+                self.behind = True  # the rest of the ring buffer waits for the next poll
+                break
             try:
                 chunk = os.read(fd, READ_SIZE)
             except BlockingIOError:
@@ -156,21 +195,32 @@ class KmsgReader:
                 raise SourceError(f"{self.path}: {exc.strerror}") from None
             if not chunk:
                 break  # end of a regular file
-            data += chunk
-        *complete, self._pending = data.split(b"\n")
-        records.extend(complete)
-        return records
+            chunks.append(chunk)  # joined once: appending to one bytes object is quadratic
+        *complete, self._pending = b"".join(chunks).split(b"\n")
+        return complete
 
     def poll(self) -> KmsgBatch:
-        """Everything new since the last poll (the whole ring buffer on the first)."""
+        """What is new since the last poll (the whole ring buffer on the first), as far as ``budget`` allows:
+        ``behind`` says records were left for the next poll."""
         xids: list[KmsgXid] = []
         uuids: dict[PciAddress, str] = {}
-        for raw in self._read_records():
+        deadline = self._clock() + self.budget
+        self.behind = False
+        records = self._backlog + self._read_records(deadline)
+        self._backlog = []
+        for index, raw in enumerate(records):
+            if index % SCAN_BATCH == SCAN_BATCH - 1 and self._clock() > deadline:
+                self._backlog, self.behind = records[index:], True
+                break
             if not raw or raw.startswith(b" "):
                 continue  # dictionary lines (" SUBSYSTEM=pci") carry no message
+            if b"NVRM" not in raw and self._fallen is None:
+                continue  # most of a ring buffer: not the driver's, not worth decoding
             line = raw.decode("utf-8", "replace")
             header = HEADER_RE.match(line)
             if header:
+                if int(header.group("prio")) >> 3 != KERNEL_FACILITY:
+                    continue  # written to /dev/kmsg by a process, not logged by the kernel
                 stamp = self.boot + int(header.group("usec")) / 1e6
                 text = ESCAPE_RE.sub(lambda m: chr(int(m.group(1), 16)), header.group("text"))
             else:
@@ -179,23 +229,25 @@ class KmsgReader:
         return KmsgBatch(tuple(xids), uuids)
 
     def _scan(self, text: str, stamp: float, xids: list[KmsgXid], uuids: dict[PciAddress, str]) -> None:
-        if "NVRM" not in text and self._fallen is None:
+        own = driver_text(text)
+        if own is None and self._fallen is None:
             return
         try:
             xid = parse_xid_text(text, stamp)
             if xid is not None:
                 xids.append(xid)
                 return
-            announce = GPU_AT_RE.search(text)
+            announce = GPU_AT_RE.match(own) if own is not None else None
             if announce:
                 uuids[PciAddress.parse(announce.group("pci"))] = announce.group("uuid")
                 return
-            start = FALLEN_START_RE.search(text)
+            start = FALLEN_START_RE.match(own) if own is not None else None
             if start:
                 self._fallen = (PciAddress.parse(start.group("pci")), stamp, "", 0)
             if self._fallen is not None:
                 pci, first_stamp, so_far, seen = self._fallen
-                so_far += "\n" + text
+                if own is not None:  # another's record in between counts towards the window, not the text
+                    so_far += "\n" + own
                 if FALLEN_RE.search(so_far):
                     xids.append(KmsgXid(pci, FALLEN_OFF_XID, first_stamp, message="GPU has fallen off the bus",
                                         multiline=True))

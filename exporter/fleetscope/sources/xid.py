@@ -73,6 +73,18 @@ NODE_ACTIONS = frozenset({
     "CHECK_MECHANICALS", "CONTACT_SUPPORT", "UPDATE_SWFW",
 })
 UNKNOWN_XID = 999  # NVML's eventData for "unknown Xid"
+# Codes the catalog does not list share one key (label "unknown"), so a stream of odd codes cannot
+# grow the series without bound (#35 item 6).
+UNKNOWN_CODE = -1
+
+
+def bounded_code(xid: int) -> int:
+    """The code as the ledger keys it: a catalog code, or :data:`UNKNOWN_CODE`."""
+    return xid if xid in XID_CATALOG else UNKNOWN_CODE
+
+
+def xid_label(xid: int) -> str:
+    return "unknown" if xid == UNKNOWN_CODE else str(xid)
 
 
 def xid_action(xid: int) -> str:
@@ -102,7 +114,13 @@ class PciAddress:
         return cls(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16))
 
     def __str__(self) -> str:
+        if self.domain < 0:
+            return "other"
         return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}"
+
+
+# Every kernel-log Xid naming an address that is none of the node's GPUs: one key for all of them.
+OTHER_GPU = PciAddress(-1, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,13 @@ class XidLedger:
         self._counted: deque[XidSighting] = deque(maxlen=history)
 
     def record(self, sighting: XidSighting) -> bool:
-        """Add a sighting; True if it is a new occurrence (False: another source already counted it)."""
+        """Add a sighting; True if it is a new occurrence (False: another source already counted it).
+
+        Codes outside the catalog are counted under :data:`UNKNOWN_CODE`.
+        """
+        code = bounded_code(sighting.xid)
+        if code != sighting.xid:
+            sighting = XidSighting(sighting.pci, code, sighting.timestamp, sighting.source, sighting.detail)
         key = (sighting.pci, sighting.xid)
         with self._lock:
             incidents = self._recent.setdefault(key, deque(maxlen=self._history))
