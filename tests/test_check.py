@@ -298,3 +298,13 @@ def test_write_verdicts_replaces_each_condition_file(tmp_path) -> None:
     write_verdicts(str(tmp_path), [], CONDITIONS.values())
     assert (tmp_path / "gpu").read_text() == "0\nhealthy\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["efa", "gpu", "training"], "no temporary file left"
+
+
+def test_check_under_the_clients_own_environment(gpu_node, capsys, monkeypatch) -> None:
+    """A check started from a training process inherits what the rank's tracker set (#35 item 9)."""
+    from fleetscope.client.placement import RANK_PROCESS_VAR, claim_rank
+    monkeypatch.delenv(RANK_PROCESS_VAR, raising=False)  # restored after the test
+    claim_rank("train-1", 0)
+    assert RANK_PROCESS_VAR in os.environ
+    flags, _ = gpu_node()
+    assert condition(capsys, "gpu", *flags, "--gpu.expected-count", "8")[:2] == (0, "healthy")

@@ -187,3 +187,18 @@ def test_check_with_a_fifo_config_answers_could_not_tell_within_its_timeout(tmp_
                           timeout=60, env=env, check=False)
     assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr
     assert time.monotonic() - started < 3 + 10  # the timeout, and an interpreter's start on a busy machine
+
+
+def test_every_variable_the_client_reads_or_sets_is_a_setting_or_left_to_the_client() -> None:
+    """The client's own FLEETSCOPE_* variables never make the daemon's commands refuse to start (#35 item 9)."""
+    import pathlib
+    import re
+
+    import fleetscope.client
+    from fleetscope.config import CLIENT_ENV
+    client = pathlib.Path(fleetscope.client.__file__).parent
+    used = {name for path in client.glob("*.py") for name in re.findall(r"FLEETSCOPE_[A-Z_]+", path.read_text())}
+    settings = {info.env for info in settings_table().values()}
+    assert "FLEETSCOPE_RANK_PROCESS" in used
+    assert used - settings <= CLIENT_ENV, used - settings - CLIENT_ENV
+    load(environ=dict.fromkeys(CLIENT_ENV, "1:0:job"))  # no "unknown setting"

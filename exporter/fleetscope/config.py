@@ -26,9 +26,10 @@ from fleetscope.collectors import REGISTRY, CollectorEntry
 from fleetscope.metrics.spec import DETAIL_LEVELS, DetailLevel
 
 ENV_PREFIX = "FLEETSCOPE_"
-# Read by the training-side client (fleetscope.client), not the daemon: a node may export them to
-# every process, so the daemon must not refuse them as unknown settings.
-CLIENT_ENV = frozenset({"FLEETSCOPE_PUSH_URL", "FLEETSCOPE_JOB"})
+# Read or written by the training-side client (fleetscope.client), not the daemon: a node may export them to
+# every process, and a rank's tracker sets FLEETSCOPE_RANK_PROCESS in its own environment, which a
+# `fleetscope check` it starts inherits (#35 item 9), so the daemon must not refuse them as unknown settings.
+CLIENT_ENV = frozenset({"FLEETSCOPE_PUSH_URL", "FLEETSCOPE_JOB", "FLEETSCOPE_RANK_PROCESS"})
 
 
 class ConfigError(ValueError):
