@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fleetscope.rules.settings import RUNBOOK_BASE_URL
+
 from .rulefiles import REPO
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
@@ -32,7 +34,7 @@ def test_every_alert_has_a_complete_runbook_entry(production_alerts: list[dict[s
     for rule in production_alerts:
         url = rule["annotations"]["runbook_url"]
         path, _, anchor = url.partition("#")
-        assert path == "docs/runbooks.md", url
+        assert path == RUNBOOK_BASE_URL and path.endswith("/docs/runbooks.md"), url
         assert anchor == github_anchor(rule["alert"]), url
         assert anchor in sections, f"no runbook entry for {rule['alert']}"
         for part in PARTS:

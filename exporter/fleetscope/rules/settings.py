@@ -4,18 +4,28 @@
 ``for:`` so the end-to-end simulation (scrape interval 5s) can make each alert
 fire within a few minutes; the thresholds stay the same so the simulation
 exercises the production logic, only faster.
+
+Operators tune them without Python through a values file of setting names
+(``fleetscope rules --values tuning.yaml``, like a monitoring mixin's
+``_config``): :func:`with_values` applies one to a preset.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleetscope.verdicts import BREAKER_PERCENT
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Where the shipped rules' runbook_url points: absolute, so a link in an Alertmanager, Slack or PagerDuty
+# notification opens (a relative path resolves against nothing there). Sites with their own copy of the
+# runbooks set runbook_base_url.
+RUNBOOK_BASE_URL = "https://github.com/fleetscope/fleetscope/blob/main/docs/runbooks.md"
 
 
 def seconds(duration: str) -> float:
@@ -30,8 +40,9 @@ def seconds(duration: str) -> float:
 class Settings:
     # Which scrape targets are fleetscope daemons (node-mixin style: stacks name the job differently).
     selector: str = 'job="fleetscope"'
-    # Base of every runbook_url; the anchor is the lower-cased alert name.
-    runbook_base_url: str = "docs/runbooks.md"
+    # Base of every runbook_url (absolute: notifications cannot resolve a relative link); the anchor is the
+    # lower-cased alert name.
+    runbook_base_url: str = RUNBOOK_BASE_URL
     # Rule evaluation interval for every group; empty keeps Prometheus's global setting.
     evaluation_interval: str = ""
     # Window for rate()/increase() of the event counters (EFA events and errors, push rejections): an event
@@ -278,3 +289,43 @@ E2E = dataclasses.replace(
 )
 
 PRESETS: dict[str, Settings] = {"production": PRODUCTION, "e2e": E2E}
+
+
+class SettingsError(ValueError):
+    """A values file or ``--set`` names no setting, gives one the wrong type, or an unusable value (one line)."""
+
+
+def with_values(base: Settings, values: Mapping[str, object], source: str = "values") -> Settings:
+    """``base`` with the settings ``values`` names (keys are :class:`Settings` field names).
+
+    Thresholds take numbers; windows, ``for:`` durations, the selector and the runbook base URL take strings.
+    Anything else raises :class:`SettingsError` naming ``source`` and the key.
+    """
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    changes: dict[str, object] = {}
+    for key, value in values.items():
+        if not isinstance(key, str) or key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SettingsError(f"{source}: unknown setting {key!r}{hint}")
+        if isinstance(getattr(base, key), float):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise SettingsError(f"{source}: {key} takes a number, got {value!r}")
+            changes[key] = float(value)
+        else:
+            if not isinstance(value, str):
+                raise SettingsError(f"{source}: {key} takes a string (a duration such as 5m, or text), got {value!r}")
+            changes[key] = value
+    try:
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise SettingsError(f"{source}: {exc}") from None
+
+
+def values_of(settings: Settings, base: Settings = PRODUCTION) -> dict[str, object]:
+    """The settings that differ from ``base``, as a values mapping (:func:`with_values` reverses it)."""
+    return {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(Settings)
+        if getattr(settings, f.name) != getattr(base, f.name)
+    }
