@@ -79,8 +79,8 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
 
     from fastapi.testclient import TestClient
 
-    from fleetscope.daemon import build_daemon
-    from fleetscope.engine import CollectorRunner
+    from fleetscope.serve.daemon import build_daemon
+    from fleetscope.serve.engine import CollectorRunner
     from fleetscope_sim.gpufeed import GpuFeed
     from fleetscope_sim.node import Load, NodeModel
     from fleetscope_sim.nodeproc import build_node_collectors, node_config
@@ -94,7 +94,7 @@ def scrape_p5_node(root: Path, level: DetailLevel) -> str:
     writer = TreeWriter(model, paths)
     writer.setup()
     # The ranks are this process, as the node's /proc shows it: the daemon watches them (process_up).
-    from fleetscope.record import process_start_time
+    from fleetscope.wire import process_start_time
 
     start_time = process_start_time()
     model.tick(1.0, 1.0, Load(gpu_busy=dict.fromkeys(range(8), 0.9), network=0.8), [])

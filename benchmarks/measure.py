@@ -441,10 +441,10 @@ def measure_profiles(settings: Settings, calls: int, log: Any = print) -> Profil
     import json as jsonlib
 
     from benchmarks.nodeproc import node_flags
-    from fleetscope.daemon import build_engine
-    from fleetscope.engine import CollectorRunner
-    from fleetscope.exposition import negotiate, render
     from fleetscope.push.models import parse_records, reports_from_records
+    from fleetscope.serve.daemon import build_engine
+    from fleetscope.serve.engine import CollectorRunner
+    from fleetscope.serve.exposition import negotiate, render
     from fleetscope_sim.gpufeed import GpuFeed
     from fleetscope_sim.nodeproc import build_node_collectors, node_config
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(LogConfig(level="warning"))
 
-    from fleetscope.daemon import build_daemon
+    from fleetscope.serve.daemon import build_daemon
     from fleetscope_sim.nodeproc import build_node_collectors, node_config
     from fleetscope_sim.tree import NodePaths
 

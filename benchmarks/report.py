@@ -413,7 +413,7 @@ def _scrape_path(add: Add, r: Results) -> None:
     add("A reading is rendered once, in each exposition format a scraper asked for lately, by its collector's own "
         "thread before it is published, and its gzip form is made once with it; a scrape joins the cached parts "
         "(only the live training series and the self-metrics can have changed) and frames them as one gzip "
-        "member (`fleetscope.exposition`).")
+        "member (`fleetscope.serve.exposition`).")
     add("")
     add(f"Daemon CPU per request, {r.scrape_settings.requests} requests back to back on one kept-alive connection "
         "to the full daemon on #16's node (process CPU over the requests / requests):")
@@ -768,7 +768,7 @@ def _kubernetes(add: Add, r: Results) -> None:
 def render_budget() -> list[str]:
     """Series per p5 node per collector and detail level (counted by tests/test_series_budget.py), and where the
     fleet-scale figures are."""
-    from fleetscope.catalog import series_budget_table
+    from fleetscope.metrics.catalog import series_budget_table
 
     return [
         "## Series per node and detail level",

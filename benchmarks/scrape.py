@@ -467,10 +467,10 @@ def _in_process_costs(settings: ScrapeSettings, log: Log) -> tuple[list[PartCost
 
     from benchmarks.harness import step_record
     from benchmarks.nodeproc import node_flags
-    from fleetscope.daemon import build_engine
-    from fleetscope.engine import CollectorRunner
-    from fleetscope.exposition import Chunk, Format, Renderer, negotiate, render
     from fleetscope.push.models import parse_records, reports_from_records
+    from fleetscope.serve.daemon import build_engine
+    from fleetscope.serve.engine import CollectorRunner
+    from fleetscope.serve.exposition import Chunk, Format, Renderer, negotiate, render
     from fleetscope_sim.gpufeed import GpuFeed
     from fleetscope_sim.nodeproc import build_node_collectors, node_config
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fleetscope.check import run_check
+from fleetscope.check.run import run_check
 from fleetscope.cli import build_parser, main
+from fleetscope.collectors.protocol import Finding
 from fleetscope.config import load
-from fleetscope.health import Finding
 
 
 def test_every_collector_has_on_and_off_flags():

@@ -22,8 +22,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
 from fleetscope.metrics import efa
+from fleetscope.serve.daemon import build_daemon
 from tests.conftest import FIXTURES, ROOT, free_port, require_binary
 from tests.fixtures import make_fixtures as mk
 

@@ -37,15 +37,15 @@ def lines(stream: io.StringIO) -> list[str]:
 def test_logfmt_lines_carry_time_level_logger_message_and_extra_fields() -> None:
     out = io.StringIO()
     setup_logging(LogConfig(level="info", format="logfmt"), out)
-    log = logging.getLogger("fleetscope.engine")
+    log = logging.getLogger("fleetscope.serve.engine")
     log.info("collector %s timed out after %.1fs", "gpu", 8.0)
     log.debug("not shown at info")
     log.warning('a "quoted" value', extra={"collector": "efa"})
     first, second = lines(out)
     assert re.fullmatch(
-        r'time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z level=info logger=fleetscope\.engine '
+        r'time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z level=info logger=fleetscope\.serve\.engine '
         r'msg="collector gpu timed out after 8\.0s"', first)
-    assert second.endswith(r'level=warning logger=fleetscope.engine msg="a \"quoted\" value" collector=efa')
+    assert second.endswith(r'level=warning logger=fleetscope.serve.engine msg="a \"quoted\" value" collector=efa')
 
 
 @pytest.mark.usefixtures("restore_root")
@@ -116,9 +116,9 @@ def test_every_module_logs_under_its_own_name() -> None:
 def test_one_shot_commands_keep_stderr_quiet_unless_asked_for_more() -> None:
     out = io.StringIO()
     setup_logging(LogConfig(level="info"), out, quiet=True)
-    logging.getLogger("fleetscope.check").info("not shown by default")
-    logging.getLogger("fleetscope.check").warning("shown")
+    logging.getLogger("fleetscope.check.run").info("not shown by default")
+    logging.getLogger("fleetscope.check.run").warning("shown")
     assert [line.rsplit("msg=", 1)[1] for line in lines(out)] == ["shown"]
     setup_logging(LogConfig(level="debug"), out, quiet=True)
-    logging.getLogger("fleetscope.check").debug("asked for")
+    logging.getLogger("fleetscope.check.run").debug("asked for")
     assert lines(out)[-1].endswith('msg="asked for"')

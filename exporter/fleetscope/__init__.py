@@ -1,6 +1,6 @@
 """fleetscope: observability for GPU training clusters.
 
-The per-node daemon lives in :mod:`fleetscope.daemon`; the push client for
+The per-node daemon lives in :mod:`fleetscope.serve.daemon`; the push client for
 training loops in :mod:`fleetscope.client` (standard library only).
 """
 

@@ -73,7 +73,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log)
-    from fleetscope.daemon import build_daemon
+    from fleetscope.serve.daemon import build_daemon
 
     if getattr(args, "setting:push.token", "").strip():
         logger.warning(
@@ -95,7 +95,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     crash of the checker itself must never read as 1. With ``--condition`` the verdict is one line of at
     most 80 characters (node-problem-detector's condition message); every finding goes to stderr.
     """
-    from fleetscope.health import EXIT_UNKNOWN
+    from fleetscope.check.run import EXIT_UNKNOWN, run_check, summary, watch
+    from fleetscope.check.verdicts import CONDITIONS
 
     if args.every and not args.write:
         print("fleetscope check: --every needs --write", file=sys.stderr)
@@ -103,22 +104,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         setup_logging(config.log, quiet=True)  # the verdict goes to stdout
-        from fleetscope import check
-        from fleetscope.verdicts import CONDITIONS
-
         if args.write:
-            check.watch(config, args.write, args.every or 0.0, args.timeout or WATCH_TIMEOUT,
-                        rounds=None if args.every else 1)
+            watch(config, args.write, args.every or 0.0, args.timeout or WATCH_TIMEOUT,
+                  rounds=None if args.every else 1)
             return 0
         if args.condition:
             timeout = args.timeout or CONDITION_TIMEOUT
-            findings, code = check.run_check(config, timeout=timeout, condition=CONDITIONS[args.condition],
-                                             close_grace=CONDITION_CLOSE_GRACE)
-            print(check.summary(findings, code))
+            findings, code = run_check(config, timeout=timeout, condition=CONDITIONS[args.condition],
+                                       close_grace=CONDITION_CLOSE_GRACE)
+            print(summary(findings, code))
             for finding in findings:
                 print(finding.line(), file=sys.stderr)
             return code
-        findings, code = check.run_check(config, timeout=args.timeout or CHECK_TIMEOUT)
+        findings, code = run_check(config, timeout=args.timeout or CHECK_TIMEOUT)
         for finding in findings:
             print(finding.line())
         if code == 0:
@@ -155,7 +153,7 @@ def positive_seconds(text: str) -> float:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from fleetscope.catalog import render_catalog
+    from fleetscope.metrics.catalog import render_catalog
 
     text = render_catalog()
     if args.output == "-":

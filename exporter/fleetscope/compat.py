@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 # -- prometheus_client 0.26 ------------------------------------------------------------------------
-# exposition.py writes a new reading of the same series into the last rendering's text around its
+# serve/exposition.py writes a new reading of the same series into the last rendering's text around its
 # values, which is only right while the encoders write a plain sample (no timestamp, exemplar or
 # native histogram) as "<name>{<labels>} <value>", the value as floatToGoString writes it.
 
@@ -92,7 +92,7 @@ def parse_text_format(text: str) -> list[Metric]:
 
 
 # -- uvicorn 0.54 ----------------------------------------------------------------------------------
-# fleetscope.server.GuardedH11Protocol subclasses uvicorn's h11 protocol
+# fleetscope.serve.guard.GuardedH11Protocol subclasses uvicorn's h11 protocol
 # (uvicorn.protocols.http.h11_impl.H11Protocol, not exported by uvicorn) and relies on: the hooks
 # connection_made, connection_lost, data_received and on_response_complete (called once a response
 # is sent), and the attributes below. Imported on first use, so only a serving daemon loads uvicorn.

@@ -394,7 +394,7 @@ class CollectorSettings:
     enabled: bool
     interval: float
     timeout: float
-    detail: DetailLevel = "default"  # see fleetscope.detail; only collectors with detail_levels offer a choice
+    detail: DetailLevel = "default"  # see fleetscope.metrics.detail; only collectors with detail_levels offer a choice
 
 
 SECTIONS: dict[str, type] = {

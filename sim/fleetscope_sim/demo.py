@@ -154,7 +154,7 @@ class Demo:
 
 def _causes(prometheus: Prometheus, labels: Mapping[str, str]) -> list[str]:
     """The straggler causes recorded for the alert's node (and GPU): the cause recording rule's series."""
-    from fleetscope.signals import NODE_SLOWDOWN_CAUSES as CAUSES
+    from fleetscope.promql import NODE_SLOWDOWN_CAUSES as CAUSES
 
     if not labels.get("instance"):
         return []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 
 class _Directory:
@@ -397,10 +397,6 @@ def kernel_sections(
 def kmsg_record(priority: int, sequence: int, usec: int, text: str) -> str:
     """One ``/dev/kmsg`` record line: ``priority,sequence,microseconds,flags;message``, newlines escaped."""
     return f"{priority},{sequence},{usec},-;{text.replace(chr(10), chr(92) + 'x0a')}\n"
-
-
-def kmsg_text(records: Iterable[tuple[int, int, int, str]]) -> str:
-    return "".join(kmsg_record(*record) for record in records)
 
 
 # The kernel prints the same fields for Udp and UdpLite.

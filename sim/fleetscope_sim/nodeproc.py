@@ -89,7 +89,7 @@ def build_node_collectors(config: Config, paths: NodePaths) -> dict[str, Any]:
 
     The GPU collector is the normal one: the NVML fake is installed before it is built.
     """
-    from fleetscope.daemon import build_collectors
+    from fleetscope.serve.daemon import build_collectors
 
     built = build_collectors(config)
     if "ena" in built:
@@ -100,7 +100,7 @@ def build_node_collectors(config: Config, paths: NodePaths) -> dict[str, Any]:
 
 
 def serve_node(paths: NodePaths, listen: str, interval: float, settings: Mapping[str, Any] | None = None) -> None:
-    from fleetscope.daemon import build_daemon
+    from fleetscope.serve.daemon import build_daemon
     from fleetscope_sim.gpufeed import GpuFeed
 
     config = node_config(paths, listen, interval, settings)

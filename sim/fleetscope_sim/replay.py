@@ -72,7 +72,7 @@ def install_nvml(capture: Capture) -> Any:
 
 def replay_collectors(config: Config, capture: Capture) -> dict[str, Any]:
     """The registry's collectors, the ENA one reading the capture's statistics."""
-    from fleetscope.daemon import build_collectors
+    from fleetscope.serve.daemon import build_collectors
 
     built = build_collectors(config)
     if "ena" in built:
@@ -84,7 +84,7 @@ def replay_collectors(config: Config, capture: Capture) -> dict[str, Any]:
 
 def serve_capture(source: str, listen: str, settings: Mapping[str, Any] | None = None) -> None:
     """``fleetscope simulate-node --from CAPTURE``: serve the captured node until stopped."""
-    from fleetscope.daemon import build_daemon
+    from fleetscope.serve.daemon import build_daemon
 
     workdir = tempfile.mkdtemp(prefix="fleetscope-replay-")
     fake = None

@@ -1,4 +1,4 @@
-"""Recording rules follow Prometheus's naming and the one vocabulary of fleetscope.signals.
+"""Recording rules follow Prometheus's naming and the one vocabulary of fleetscope.promql.
 
 That rules reference only defined metrics and recorded rules is checked, together with the dashboards,
 in tests/metrics/test_references.py.
@@ -18,10 +18,10 @@ def test_recording_rule_names_follow_level_metric_operations() -> None:
 
 
 def test_recorded_names_are_the_signals_vocabulary() -> None:
-    """Rules record only names of fleetscope.signals, the vocabulary the dashboards read too."""
-    from fleetscope.signals import recording_rule_names
+    """Rules record only names of fleetscope.promql, the vocabulary the dashboards read too."""
+    from fleetscope.promql import recording_rule_names
 
     vocabulary = recording_rule_names()
     for name in PLAIN_FILES:
         defined = {rule["record"] for rule in iter_rules(load_groups(name)) if "record" in rule}
-        assert sorted(defined - vocabulary) == [], f"{name}: add these names to fleetscope/signals.py"
+        assert sorted(defined - vocabulary) == [], f"{name}: add these names to fleetscope/promql.py"

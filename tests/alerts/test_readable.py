@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
+from fleetscope.promql import recording_rule_names
 from fleetscope.rules.render import build_groups, render
 from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import recording_rule_names
 
 from .rulefiles import PLAIN_FILES, iter_rules, load_groups
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetscope.signals import JOB_COMM_SHARE, JOB_MIN_COMM_SHARE, STRAGGLERS
+from fleetscope.promql import JOB_COMM_SHARE, JOB_MIN_COMM_SHARE, STRAGGLERS
 
 from .rulefiles import ALERTS_DIR
 from .sensitivity import Job, gpu_series, promql_labels, rank_labels, ranks_on, series

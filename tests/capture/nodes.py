@@ -14,8 +14,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from fleetscope.config import Config, load
-from fleetscope.daemon import Daemon, build_collectors, build_daemon
-from fleetscope.engine import CollectorRunner
+from fleetscope.serve.daemon import Daemon, build_collectors, build_daemon
+from fleetscope.serve.engine import CollectorRunner
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
 from fleetscope_sim.kernel_tree import ProcfsTree
 from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope.capture.archive import open_capture
-from fleetscope.daemon import build_daemon
+from fleetscope.serve.daemon import build_daemon
 from fleetscope_sim.nvml_fake import uninstall
 from fleetscope_sim.replay import install_nvml, replay_collectors, replay_config
 from tests.capture.nodes import scrape, steady

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from fleetscope.capture.archive import open_capture, render, take_snapshot, write_archive, write_mapping
-from fleetscope.daemon import build_daemon
+from fleetscope.serve.daemon import build_daemon
 from fleetscope_sim.nvml_fake import scenario_names, uninstall
 from fleetscope_sim.replay import CapturedEnaReader, install_nvml, replay_collectors, replay_config
 from tests.capture.nodes import FixtureNode, build, ena_reading, pseudonymised, scrape, steady

@@ -23,7 +23,7 @@ from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.collectors.netdev import NetdevCollector
 from fleetscope.collectors.netstat import NetstatCollector
 from fleetscope.config import load
-from fleetscope.engine import CollectorRunner
+from fleetscope.serve.engine import CollectorRunner
 from fleetscope.sources.ethtool import EthtoolReading, InterfaceStats, UnreadableInterface
 from fleetscope_sim.nvml_fake import install, load_scenario, uninstall, write_sysfs
 from fleetscope_sim.nvml_fake.library import NOT_SUPPORTED

@@ -4,11 +4,10 @@ import os
 
 import pytest
 
-from fleetscope.check import run_check
+from fleetscope.check.run import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN, run_check
 from fleetscope.collectors.efa import EfaCollector, efa_families, efa_findings, in_own_scope
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
-from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.metrics import efa
 from fleetscope.sources.efa import CounterSet, EfaDevice, EfaPort, EfaReading, read_efa
 from fleetscope.sources.fs import Root

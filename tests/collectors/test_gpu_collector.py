@@ -14,12 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetscope.check import run_check
+from fleetscope.check.run import EXIT_HEALTHY, EXIT_UNHEALTHY, run_check
 from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import Config, load
-from fleetscope.daemon import Daemon, build_daemon
 from fleetscope.errors import NoHardware
-from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY
+from fleetscope.serve.daemon import Daemon, build_daemon
 from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
 from tests.conftest import FIXTURES, require_binary
 
@@ -455,7 +454,7 @@ def test_health_findings(node) -> None:
 
 def test_collector_imports_without_loading_pynvml() -> None:
     code = ("import sys; from fleetscope.collectors.gpu import GpuCollector; GpuCollector.tables; "
-            "from fleetscope.catalog import render_catalog; "
+            "from fleetscope.metrics.catalog import render_catalog; "
             "assert 'pynvml' not in sys.modules, 'pynvml imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             check=False)

@@ -246,19 +246,19 @@ def test_a_full_client_python_push_stays_valid_openmetrics() -> None:
 
 
 def test_every_value_of_the_step_table_is_one_the_store_derives_from_the_field_list() -> None:
-    from fleetscope import record
+    from fleetscope import wire
     from fleetscope.collectors.steps import RANK_LABELS
     from fleetscope.metrics import training
 
-    assert {key for key, spec in training.TABLE.specs.items() if spec.kind != "info"} == set(record.value_keys())
-    assert set(training.RANK_INFO.info_keys) == set(record.names(record.Role.INFO, record.RANK_FIELDS))
+    assert {key for key, spec in training.TABLE.specs.items() if spec.kind != "info"} == set(wire.value_keys())
+    assert set(training.RANK_INFO.info_keys) == set(wire.names(wire.Role.INFO, wire.RANK_FIELDS))
     assert all(spec.labels == RANK_LABELS for spec in training.TABLE)
     assert training.RANK_LABELS == RANK_LABELS
 
 
 def test_position_is_one_series_per_phase_with_its_start_and_step() -> None:
     from fleetscope.push.models import RankReport
-    from fleetscope.record import PHASES
+    from fleetscope.wire import PHASES
 
     collector, clock = make()
     position = {"step": 12, "phase": "comm", "since": clock.now - 3}

@@ -1,7 +1,7 @@
 """The dashboards show what the rules decide, read from the same recording rules.
 
 A straggler's cause is decided once, by the recording rule
-:data:`fleetscope.signals.STRAGGLER_CAUSE`: the TrainingStragglerRank alert
+:data:`fleetscope.promql.STRAGGLER_CAUSE`: the TrainingStragglerRank alert
 takes its ``cause`` label from it and the dashboards' straggler tables query
 it, so an alert and a panel can never name different causes for one rank.
 """
@@ -16,7 +16,7 @@ import yaml
 
 from fleetscope import dashboards
 from fleetscope.dashboards import exprs, substitute
-from fleetscope.signals import (
+from fleetscope.promql import (
     JOB_STRAGGLER_CAUSES,
     NODE_SLOWDOWN_CAUSES,
     RANK_COMPUTE_RATIO_SMOOTHED,

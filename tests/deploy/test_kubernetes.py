@@ -137,8 +137,8 @@ def test_daemon_arguments_and_config_are_accepted_by_fleetscope(
 
 
 def test_probes_hit_the_daemons_health_routes(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    from fleetscope.engine import Engine
-    from fleetscope.http import create_app
+    from fleetscope.serve.app import create_app
+    from fleetscope.serve.engine import Engine
 
     routes = {getattr(route, "path", None) for route in create_app(Engine([])).routes}
     main = container(rendered["plain"])

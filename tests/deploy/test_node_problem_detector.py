@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from fleetscope.check import MESSAGE_LIMIT
+from fleetscope.check.run import MESSAGE_LIMIT
+from fleetscope.check.verdicts import CONDITIONS
 from fleetscope.cli import build_parser, config_from_args, main
-from fleetscope.verdicts import CONDITIONS
 from tests.deploy.manifests import KUSTOMIZE_DIR, kustomize, one
 
 COMPONENT = KUSTOMIZE_DIR / "components" / "node-problem-detector"

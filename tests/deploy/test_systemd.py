@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetscope.config import Config, load
-from fleetscope.listeners import ListenerLimits, fit_to_open_files
+from fleetscope.serve.listeners import ListenerLimits, fit_to_open_files
 from tests.conftest import require_binary
 from tests.deploy.manifests import REPO
 

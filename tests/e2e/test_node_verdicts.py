@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 import yaml
 
+from fleetscope.check.run import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
 from fleetscope.cli import main
-from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN
+from fleetscope.promql import NODE_JOB_STRAGGLERS
 from fleetscope.rules.render import groups_dict
 from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import NODE_JOB_STRAGGLERS
 from tests.conftest import ROOT, free_port, require_binary
 from tests.deploy.test_slurm import FakeNode
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from fleetscope import dashboards, metrics, signals
+from fleetscope import dashboards, metrics, promql
 from fleetscope.dashboards import queries, substitute
 from tests.alerts.rulefiles import ALERTS_DIR
 from tests.dashboards import require_module
@@ -162,7 +162,7 @@ def test_a_misspelled_metric_fails_the_check() -> None:
 
 def test_a_misspelled_or_unrecorded_recording_rule_fails_the_check() -> None:
     recorded = recorded_names()
-    misspelled = signals.RANK_COMPUTE_RATIO.replace("ratio_stage_median", "ratio_stage_mean")
+    misspelled = promql.RANK_COMPUTE_RATIO.replace("ratio_stage_median", "ratio_stage_mean")
     references = [Reference("panel", frozenset(selector_names(f"topk(5, {misspelled})")))]
     assert undefined(references, recorded) == {misspelled: "panel"}
     # a name of the vocabulary counts only once a rule file records it

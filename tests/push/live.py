@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetscope.clock import Clock
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
+from fleetscope.serve.daemon import build_daemon
 
 
 @dataclass

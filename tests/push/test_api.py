@@ -12,8 +12,8 @@ from starlette.requests import Request
 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
 from fleetscope.push.api import InflightBudget, PushRefused
+from fleetscope.serve.daemon import build_daemon
 
 
 def make_client(**flags: object) -> tuple[TestClient, StepsCollector]:
@@ -223,7 +223,7 @@ def test_budget_refusals_over_http_say_why_and_are_counted() -> None:
 
     from fleetscope.collectors.steps import StepsCollector
     from fleetscope.config import load
-    from fleetscope.daemon import build_daemon
+    from fleetscope.serve.daemon import build_daemon
 
     config = load({"push.max-group-samples": "50", "push.max-samples": "80"}, environ={})
     collector = StepsCollector(config)

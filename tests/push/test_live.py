@@ -24,7 +24,7 @@ from prometheus_client import (
 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
+from fleetscope.serve.daemon import build_daemon
 from tests.clocks import FakeClock
 from tests.conftest import free_port
 from tests.push.live import running_daemon

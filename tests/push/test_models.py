@@ -87,7 +87,7 @@ def test_report_parses_to_the_same_rank_report_as_flat_records() -> None:
 
 
 def test_every_field_of_the_field_list_is_in_the_wire_schemas() -> None:
-    from fleetscope import record as fields
+    from fleetscope import wire as fields
 
     one = request_body_schema()["requestBody"]["content"]["application/json"]["schema"]["anyOf"][0]
     assert set(one["properties"]) == {f.name for f in fields.RECORD_FIELDS}

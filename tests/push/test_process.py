@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from fleetscope.push.process import RESCAN_AFTER, ProcessTable
-from fleetscope.record import process_start_time
+from fleetscope.wire import process_start_time
 
 
 class Clock:

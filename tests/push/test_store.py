@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fleetscope import record
+from fleetscope import wire
 from fleetscope.config import PushConfig
 from fleetscope.push.models import RankReport, reports_from_records
 from fleetscope.push.store import ENDED_TTL, LimitExceeded, RankView, StepStore
@@ -50,9 +50,9 @@ def test_counters_sum_the_records_and_missing_fields_stay_absent() -> None:
 
 def test_every_value_the_store_derives_has_a_key_in_value_keys() -> None:
     store = StepStore(PushConfig())
-    full = {f.name: 1 for f in record.STEP_FIELDS}
+    full = {f.name: 1 for f in wire.STEP_FIELDS}
     push(store, rec(**{**full, "job": "j", "rank": 0, "timestamp": 999_999.0}))
-    assert set(only(store).values) == set(record.value_keys())
+    assert set(only(store).values) == set(wire.value_keys())
 
 
 def test_last_loss_survives_records_without_loss() -> None:
@@ -272,8 +272,8 @@ def test_huge_steps_cannot_turn_a_total_infinite() -> None:
     for number in (1, 2):
         with pytest.raises(RecordError):
             parse_records(b'{"job": "j", "rank": 0, "step": %d, "step_seconds": 1e308}' % number)
-    push(store, *(rec(step=n, step_seconds=record.MAX_STEP_SECONDS) for n in range(1, 1001)))
-    assert only(store).values["step_seconds"] == 1000 * record.MAX_STEP_SECONDS
+    push(store, *(rec(step=n, step_seconds=wire.MAX_STEP_SECONDS) for n in range(1, 1001)))
+    assert only(store).values["step_seconds"] == 1000 * wire.MAX_STEP_SECONDS
 
 
 def test_a_timestamp_far_in_the_future_does_not_hide_a_hang() -> None:

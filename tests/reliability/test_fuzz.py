@@ -14,7 +14,7 @@ from schemathesis.checks import not_a_server_error
 
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
+from fleetscope.serve.daemon import build_daemon
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetscope.signals import NODE_SLOWDOWN_CAUSES
+from fleetscope.promql import NODE_SLOWDOWN_CAUSES
 from fleetscope_sim.demo import _causes, render_rules
 
 ROOT = Path(__file__).resolve().parents[2]

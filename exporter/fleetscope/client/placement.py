@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetscope.record import process_start_time
+from fleetscope.wire import process_start_time
 
 DEFAULT_URL = "http://127.0.0.1:9402"
 # Set by the process that reports for a rank; inherited by the processes it starts (DataLoader workers).

@@ -30,12 +30,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fleetscope import record
+from fleetscope import wire
 
 # Phases whose time a step's record carries, by the record field that carries it.
 PHASES = {name: f"{name}_seconds" for name in ("data", "compute", "comm")}
 FETCH = "fetch_seconds"  # the host's time in data phases: the loader's latency, whatever the device did meanwhile
-assert {*PHASES.values(), FETCH} <= set(record.names(record.Role.DURATION, record.STEP_FIELDS))
+assert {*PHASES.values(), FETCH} <= set(wire.names(wire.Role.DURATION, wire.STEP_FIELDS))
 _DATA, _COMPUTE, _COMM = PHASES["data"], PHASES["compute"], PHASES["comm"]
 _BOOKED = {name: field for name, field in PHASES.items() if name != "compute"}  # compute is the rest
 DEVICE_TIMED = frozenset({"data", "comm"})  # phases a device's events time, where the rank has a device
@@ -140,8 +140,8 @@ class Timeline:
         return self._position[0]
 
     def now_in(self, phase: str, step: int | None = None) -> None:
-        """The rank is in ``phase`` (of :data:`fleetscope.record.PHASES`) from now; nothing is timed."""
-        if phase not in record.PHASES or phase == "ended":
+        """The rank is in ``phase`` (of :data:`fleetscope.wire.PHASES`) from now; nothing is timed."""
+        if phase not in wire.PHASES or phase == "ended":
             raise ValueError(f"unknown phase {phase!r}")
         self._position = (step if step is not None else self._position[0], phase, time.perf_counter())
 

@@ -12,12 +12,11 @@ from dataclasses import replace
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors.protocol import Collector, HealthCheck
+from fleetscope.collectors.protocol import Collector, Finding, HealthCheck
 from fleetscope.config import Config
-from fleetscope.detail import Detail
 from fleetscope.errors import Incomplete, NoHardware, SourceError
-from fleetscope.health import Finding
 from fleetscope.metrics import efa
+from fleetscope.metrics.detail import Detail
 from fleetscope.metrics.efa import DEVICE_COUNTERS, PORT_COUNTERS
 from fleetscope.sources.efa import CounterSet, EfaDevice, EfaReading, read_efa
 from fleetscope.sources.fs import Root

@@ -14,12 +14,11 @@ from collections.abc import Callable
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors.protocol import Collector, HealthCheck
+from fleetscope.collectors.protocol import Collector, Finding, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import Incomplete, NoHardware, SourceError
-from fleetscope.families import FamilyBuilder
-from fleetscope.health import Finding
 from fleetscope.metrics import ena
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.ethtool import EthtoolReading, read_with_socket
 from fleetscope.sources.fs import Root
 

@@ -18,13 +18,12 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
+from fleetscope.collectors.protocol import Closeable, Collector, Finding, HealthCheck
 from fleetscope.config import Config
-from fleetscope.detail import Detail
 from fleetscope.errors import Incomplete, NoHardware, SourceError
-from fleetscope.families import FamilyBuilder
-from fleetscope.health import Finding
 from fleetscope.metrics import gpu
+from fleetscope.metrics.detail import Detail
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import JobAttribution, attribute
 from fleetscope.sources.kmsg import KmsgReader, boot_time

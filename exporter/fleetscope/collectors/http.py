@@ -1,7 +1,7 @@
 """The ``http`` collector: the daemon's own HTTP listeners (connections held and dropped).
 
 It owns the per-listener counts; the daemon hands them to the servers it
-starts (:mod:`fleetscope.server`), which count into them. A live collector:
+starts (:mod:`fleetscope.serve.guard`), which count into them. A live collector:
 read at scrape time.
 """
 
@@ -11,9 +11,9 @@ from prometheus_client.core import Metric
 
 from fleetscope.collectors.protocol import Collector
 from fleetscope.config import Config
-from fleetscope.families import FamilyBuilder
-from fleetscope.listeners import ListenerLimits, ListenerStats
 from fleetscope.metrics import http
+from fleetscope.metrics.families import FamilyBuilder
+from fleetscope.serve.listeners import ListenerLimits, ListenerStats
 
 
 class HttpCollector(Collector):

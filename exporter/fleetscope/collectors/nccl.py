@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck
+from fleetscope.collectors.protocol import Closeable, Collector, Finding, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
-from fleetscope.families import FamilyBuilder
-from fleetscope.health import Finding
 from fleetscope.metrics import nccl
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.fs import Root
 from fleetscope.sources.gpu_jobs import JobAttribution
 from fleetscope.sources.nccl import (

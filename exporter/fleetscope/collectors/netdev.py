@@ -6,12 +6,11 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from fleetscope.collectors.protocol import Collector, HealthCheck
+from fleetscope.collectors.protocol import Collector, Finding, HealthCheck
 from fleetscope.config import Config
 from fleetscope.errors import Incomplete, NoHardware, SourceError
-from fleetscope.families import FamilyBuilder
-from fleetscope.health import Finding
 from fleetscope.metrics import netdev
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.fs import Root
 from fleetscope.sources.netdev import NetInterface, read_netdev
 

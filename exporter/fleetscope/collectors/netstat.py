@@ -7,8 +7,8 @@ from prometheus_client.core import Metric
 from fleetscope.collectors.protocol import Collector
 from fleetscope.config import Config
 from fleetscope.errors import Incomplete
-from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import netstat
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.fs import Root
 from fleetscope.sources.netstat import NetstatReading, read_netstat
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # typing only: the daemon's heavy parts stay unimported until used
@@ -21,10 +22,24 @@ if TYPE_CHECKING:  # typing only: the daemon's heavy parts stay unimported until
 
     from fleetscope.collectors import CollectorEntry
     from fleetscope.config import Config
-    from fleetscope.health import Finding
     from fleetscope.metrics import MetricTable
 
 App = Literal["main", "push"]
+Severity = Literal["unhealthy", "warning", "unknown"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of ``fleetscope check``: what a health check found (``check`` turns them into its exit code)."""
+
+    collector: str
+    severity: Severity
+    subject: str  # what the finding is about: "efa rdmap79s0", "gpu 3", "node"; empty for the node as a whole
+    message: str
+
+    def line(self) -> str:
+        about = f"{self.subject}: " if self.subject else ""
+        return f"{self.severity.upper()} {self.collector}: {about}{self.message}"
 
 
 @runtime_checkable

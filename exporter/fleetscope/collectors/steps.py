@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
-from fleetscope import record
+from fleetscope import wire
 from fleetscope.clock import Clock, SystemClock
 from fleetscope.collectors.protocol import App, Collector, HasRouters
 from fleetscope.config import Config
-from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import push, training
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.push.groups import GroupLimits, GroupStore, GroupView
 from fleetscope.push.process import ProcessTable
 from fleetscope.push.store import RankView, StepStore, StoreView
 from fleetscope.push.textformat import PushedFamily, owned_names
-from fleetscope.record import Role
+from fleetscope.wire import Role
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
 # Series labels of a rank: its key (job exposed as training_job, see docs/design.md) and LABEL fields.
-LABEL_FIELDS = record.names(Role.LABEL, record.RANK_FIELDS)
+LABEL_FIELDS = wire.names(Role.LABEL, wire.RANK_FIELDS)
 RANK_LABELS = ("training_job", "rank", *LABEL_FIELDS)
 VALUE_SPECS = tuple((key, spec) for key, spec in training.TABLE.specs.items() if spec.kind != "info")
 
@@ -47,7 +47,7 @@ def add_rank(builder: FamilyBuilder, rank: RankView, process_up: bool | None = N
     if position is not None:
         # One series per phase, 0 or 1: a phase label that moved with the rank would start a new series
         # at every change, and a scrape could catch none.
-        for phase in record.PHASES:
+        for phase in wire.PHASES:
             builder.add(training.PHASE, (*labels, phase), 1 if phase == position.phase else 0)
         builder.add(training.PHASE_START_TIMESTAMP_SECONDS, labels, position.since)
         builder.add(training.CURRENT_STEP, labels, position.step)

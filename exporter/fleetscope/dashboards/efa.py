@@ -18,7 +18,7 @@ from fleetscope.dashboards.kit import (
     table_panel,
     timeseries_panel,
 )
-from fleetscope.signals import EFA_RATE_COUNTERS, efa_rate
+from fleetscope.promql import EFA_RATE_COUNTERS, efa_rate
 
 E = 'cluster=~"$cluster", instance=~"$instance"'
 RATE = "[$__rate_interval]"
@@ -28,7 +28,7 @@ NODE_SERIES_LINK = link("Node detail", node_url("${__field.labels.instance}"))
 def _per_node(counter: str, count: int = 10) -> str:
     """The ``count`` nodes with the highest rate of ``counter``, summed over their EFA devices.
 
-    Counters the rules already record per node (:data:`fleetscope.signals.EFA_RATE_COUNTERS`) are read
+    Counters the rules already record per node (:data:`fleetscope.promql.EFA_RATE_COUNTERS`) are read
     from the recording rule.
     """
     short = counter.removeprefix("fleetscope_efa_").removesuffix("_total")

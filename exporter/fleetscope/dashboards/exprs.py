@@ -1,7 +1,7 @@
 """PromQL the dashboards share that no recording rule provides, and how they show the verdicts.
 
 Everything the rules decide (stragglers, their cause, goodput) the dashboards
-read from the recording rules named in :mod:`fleetscope.signals`; this module
+read from the recording rules named in :mod:`fleetscope.promql`; this module
 only holds what is a view: raw means over a dashboard's interval, colours and
 the thresholds the panels colour by, taken from the production rule settings.
 """
@@ -9,8 +9,8 @@ the thresholds the panels colour by, taken from the production rule settings.
 from __future__ import annotations
 
 from fleetscope.metrics import training
+from fleetscope.promql import NODE_CLOCK_OFFSET, STRAGGLER_CAUSES
 from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import GOODPUT_CAUSES, NODE_CLOCK_OFFSET, STRAGGLER_CAUSES
 
 # Colours of the stragglers' smoothed ratio: flagged from the rules' floor, critical at the NVRx score.
 STRAGGLER_WARN = 1 + PRODUCTION.straggler_min_excess
@@ -20,18 +20,13 @@ CAUSE_COLOURS = {
     "gpu_xid": "red", "gpu_throttled": "orange", "input_wait": "yellow", "network": "purple",
     "host_cpu": "blue", "unknown": "text",
 }
-GOODPUT_COLOURS = {"straggler_wait": "orange", "input_wait": "yellow", "hang": "red", "silent_ranks": "purple"}
 
 
 def cause_mappings() -> dict[str, tuple[str, str]]:
     """The verdict's ``cause`` label -> (words, colour), for a table column."""
-    assert set(CAUSE_COLOURS) == set(STRAGGLER_CAUSES)
+    if set(CAUSE_COLOURS) != set(STRAGGLER_CAUSES):
+        raise ValueError(f"cause colours {sorted(CAUSE_COLOURS)} differ from the causes {sorted(STRAGGLER_CAUSES)}")
     return {cause: (f"{cause}: {words}", CAUSE_COLOURS[cause]) for cause, words in STRAGGLER_CAUSES.items()}
-
-
-def goodput_legend() -> dict[str, str]:
-    assert set(GOODPUT_COLOURS) == set(GOODPUT_CAUSES)
-    return dict(GOODPUT_CAUSES)
 
 
 def mean_step_seconds(matchers: str, by: str, window: str = "5m") -> str:

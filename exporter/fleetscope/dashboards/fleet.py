@@ -24,8 +24,7 @@ from fleetscope.dashboards.kit import (
     timeseries_panel,
 )
 from fleetscope.metrics import training
-from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import (
+from fleetscope.promql import (
     JOB_GOODPUT,
     JOB_TOKEN_RATE,
     NODE_STRAGGLER_JOBS,
@@ -34,6 +33,7 @@ from fleetscope.signals import (
     STRAGGLER_CAUSE,
     efa_rate,
 )
+from fleetscope.rules.settings import PRODUCTION
 
 C = 'cluster=~"$cluster"'
 # Expected GPUs per node: the configured count, else the GPUs seen on the PCI bus (a GPU that fell off NVML

@@ -27,7 +27,7 @@ from fleetscope.dashboards.kit import (
     xid_annotation,
 )
 from fleetscope.dashboards.node import RECOVERY_ACTIONS
-from fleetscope.signals import GPU_THROTTLE_SHARE, SLOWDOWN_REASONS
+from fleetscope.promql import GPU_THROTTLE_SHARE, SLOWDOWN_REASONS
 
 H = 'cluster=~"$cluster", instance=~"$instance"'
 HG = H + ', gpu=~"$gpu"'

@@ -26,8 +26,7 @@ from fleetscope.dashboards.kit import (
 )
 from fleetscope.dashboards.nccl_panels import nccl_row
 from fleetscope.metrics import gpu, training
-from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import (
+from fleetscope.promql import (
     JOB_COMM_SHARE,
     JOB_DATA_SHARE,
     JOB_GOODPUT,
@@ -45,6 +44,7 @@ from fleetscope.signals import (
     RANK_GPU_BUSY,
     STRAGGLER_CAUSE,
 )
+from fleetscope.rules.settings import PRODUCTION
 
 J = 'cluster=~"$cluster", training_job=~"$training_job"'
 RATE = "[$__rate_interval]"

@@ -11,8 +11,8 @@ from typing import Any
 
 from fleetscope.dashboards.kit import Q, falling, ok, timeseries_panel
 from fleetscope.metrics import nccl
+from fleetscope.promql import NCCL_RANK_RATIO
 from fleetscope.rules.settings import PRODUCTION
-from fleetscope.signals import NCCL_RANK_RATIO
 
 
 def nccl_row(matchers: str, rate: str) -> list[Any]:

@@ -23,7 +23,7 @@ from fleetscope.dashboards.kit import (
     timeseries_panel,
     xid_annotation,
 )
-from fleetscope.signals import GPU_THROTTLE_SHARE, TCP_RETRANSMIT_RATIO, THROTTLE_SHARE_REASONS
+from fleetscope.promql import GPU_THROTTLE_SHARE, TCP_RETRANSMIT_RATIO, THROTTLE_SHARE_REASONS
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
 G = N + ', gpu=~"$gpu"'

@@ -8,9 +8,11 @@ each with one UPPER_SNAKE constant per metric (the name without
 ``f"rate({training.STEPS_TOTAL}[5m])"``.
 
 :data:`ALL_TABLES` is the catalog (``docs/metrics.md``) in order;
-:func:`lookup` finds a spec by name. This package imports neither
-``prometheus_client`` nor any reader, so rules, dashboards and docs can use
-it without the daemon's dependencies.
+:func:`lookup` finds a spec by name; :mod:`.catalog` renders the catalog.
+The contract imports neither ``prometheus_client`` nor any reader, so rules,
+dashboards and docs can use it without the daemon's dependencies. Beside it,
+:mod:`.families` and :mod:`.detail` build ``prometheus_client`` families from
+the specs, for the collectors and the engine; nothing here imports them.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class AtDefault:
 
     ``keep`` are the labels it keeps there; series that differ only in the
     other labels are combined into one: counters summed (kept monotonic across
-    a device's reset or disappearance, see :mod:`fleetscope.detail`), gauges by
+    a device's reset or disappearance, see :mod:`fleetscope.metrics.detail`), gauges by
     ``combine``. ``keep=None``: exported only at ``all``. ``unless`` names a
     metric with the same labels: a series is left out at ``default`` where that
     metric has one (it carries the same signal better). ``why`` is the reason,

@@ -2,9 +2,9 @@
 ``POST /api/v1/steps``).
 
 :data:`TABLE` is keyed by the value each metric is read from: a step field of
-:mod:`fleetscope.record` (summed, or the newest), its rolling median
+:mod:`fleetscope.wire` (summed, or the newest), its rolling median
 (``<field>_median``), or the receiver's own ``steps`` and ``last_push``
-(:func:`fleetscope.record.value_keys`). :data:`POSITION_TABLE` holds where
+(:func:`fleetscope.wire.value_keys`). :data:`POSITION_TABLE` holds where
 each rank is now.
 """
 

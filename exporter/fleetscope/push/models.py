@@ -1,4 +1,4 @@
-"""The push API's wire format, derived from the field tables in :mod:`fleetscope.record`.
+"""The push API's wire format, derived from the field tables in :mod:`fleetscope.wire`.
 
 Two bodies carry steps:
 
@@ -25,13 +25,13 @@ from typing import Annotated, Any, Literal, NotRequired, Required
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from fleetscope import record
-from fleetscope.record import RANK_FIELDS, Role
+from fleetscope import wire
+from fleetscope.wire import RANK_FIELDS, Role
 
 _PYTHON_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
 
 
-def _constrained(field: record.Field, kind: str) -> Any:
+def _constrained(field: wire.Field, kind: str) -> Any:
     numeric = kind in ("int", "float")
     constraints = Field(
         ge=field.minimum if numeric else None,
@@ -45,7 +45,7 @@ def _constrained(field: record.Field, kind: str) -> Any:
     return Annotated[_PYTHON_TYPES[kind], constraints]
 
 
-def annotation(field: record.Field, literal: Sequence[str] = ()) -> Any:
+def annotation(field: wire.Field, literal: Sequence[str] = ()) -> Any:
     """The field's type with its bounds and description; ``None`` allowed unless required."""
     if literal:
         kind: Any = Literal[tuple(literal)]
@@ -66,7 +66,7 @@ def _union(branches: list[Any]) -> Any:
 
 
 def _typed_dict(
-    name: str, fields: Sequence[record.Field], choices: Mapping[str, Sequence[str]] | None = None, **extra: Any
+    name: str, fields: Sequence[wire.Field], choices: Mapping[str, Sequence[str]] | None = None, **extra: Any
 ) -> Any:
     """A TypedDict of the fields (``choices``: fields whose value is one of a few strings), plus ``extra``."""
     annotations = {f.name: annotation(f, (choices or {}).get(f.name, ())) for f in fields}
@@ -74,9 +74,9 @@ def _typed_dict(
     return TypedDict(name, annotations, total=False)  # type: ignore[operator]
 
 
-StepRecord = _typed_dict("StepRecord", record.RECORD_FIELDS)
-Step = _typed_dict("Step", record.STEP_FIELDS)
-Position = _typed_dict("Position", record.POSITION_FIELDS, choices={"phase": record.PHASES})
+StepRecord = _typed_dict("StepRecord", wire.RECORD_FIELDS)
+Step = _typed_dict("Step", wire.STEP_FIELDS)
+Position = _typed_dict("Position", wire.POSITION_FIELDS, choices={"phase": wire.PHASES})
 Report = _typed_dict(
     "Report",
     RANK_FIELDS,
@@ -101,7 +101,7 @@ class RankReport:
 
 
 _STATED = tuple(f.name for f in RANK_FIELDS if f.role is not Role.KEY)
-_STEP_NAMES = tuple(f.name for f in record.STEP_FIELDS)
+_STEP_NAMES = tuple(f.name for f in wire.STEP_FIELDS)
 
 
 def _stated(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 
-from fleetscope.record import process_state
+from fleetscope.wire import process_state
 
 RESCAN_AFTER = 30.0  # seconds before looking again for a process not found yet
 

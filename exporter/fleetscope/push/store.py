@@ -5,8 +5,8 @@ guards everything; a push is validated and grouped per rank before the lock,
 so the lock is held for a few dict updates per rank. The limits on jobs and
 ranks are checked for the whole push before anything is applied.
 
-What is kept of each field follows its :class:`~fleetscope.record.Role`, and
-the values a scrape reads are keyed by :func:`fleetscope.record.value_keys`,
+What is kept of each field follows its :class:`~fleetscope.wire.Role`, and
+the values a scrape reads are keyed by :func:`fleetscope.wire.value_keys`,
 so no field name is written here.
 
 Bad input is refused and counted, never fatal: within one process of a rank
@@ -32,23 +32,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetscope import record
+from fleetscope import wire
 from fleetscope.clock import Clock, Now, SystemClock
 from fleetscope.config import PushConfig
 from fleetscope.push.models import RankReport
-from fleetscope.record import Role
+from fleetscope.wire import Role
 
 EXPIRE_EVERY = 1.0  # seconds between expiry sweeps on the push path
 ENDED_TTL = 300.0  # an ended rank's series stay this long, so the last scrapes see its final counts
 CLOCK_SLACK = 5.0  # a completion time this far ahead of the daemon's clock is a wrong clock
 
-_DURATIONS = record.names(Role.DURATION, record.STEP_FIELDS)
-_COUNTS = record.names(Role.COUNT, record.STEP_FIELDS)
-_LATEST = record.names(Role.LATEST, record.STEP_FIELDS)
-(_NUMBER,) = record.names(Role.NUMBER, record.STEP_FIELDS)
-(_TIME,) = record.names(Role.TIME, record.STEP_FIELDS)
-_PROCESS = record.names(Role.PROCESS, record.RANK_FIELDS)
-_SESSION = _PROCESS + record.names(Role.SESSION, record.RANK_FIELDS)
+_DURATIONS = wire.names(Role.DURATION, wire.STEP_FIELDS)
+_COUNTS = wire.names(Role.COUNT, wire.STEP_FIELDS)
+_LATEST = wire.names(Role.LATEST, wire.STEP_FIELDS)
+(_NUMBER,) = wire.names(Role.NUMBER, wire.STEP_FIELDS)
+(_TIME,) = wire.names(Role.TIME, wire.STEP_FIELDS)
+_PROCESS = wire.names(Role.PROCESS, wire.RANK_FIELDS)
+_SESSION = _PROCESS + wire.names(Role.SESSION, wire.RANK_FIELDS)
 
 
 class LimitExceeded(Exception):
@@ -70,7 +70,7 @@ class RankView:
     job: str
     rank: int
     fields: Mapping[str, Any]  # placement and process fields, as last stated
-    values: Mapping[str, float]  # by record.value_keys(); a value never reported is absent
+    values: Mapping[str, float]  # by wire.value_keys(); a value never reported is absent
     position: Position | None  # None: the rank never reported one (an older client, or report())
 
     @property
@@ -307,14 +307,14 @@ def _ended(state: _Rank) -> bool:
 
 
 def _view(job: str, rank: int, state: _Rank, now: Now) -> RankView:
-    values: dict[str, float] = {record.STEPS_KEY: state.steps, record.LAST_PUSH_KEY: now.unix(state.last_push)}
+    values: dict[str, float] = {wire.STEPS_KEY: state.steps, wire.LAST_PUSH_KEY: now.unix(state.last_push)}
     values.update(state.totals)
     values.update(state.latest)
     if _TIME in state.latest:
         values[_TIME] = now.unix(state.latest[_TIME])
     for name, window in state.recent.items():
         if window:
-            values[record.median_key(name)] = statistics.median(window)
+            values[wire.median_key(name)] = statistics.median(window)
     position = state.position
     if position is not None:
         position = Position(position.step, position.phase, now.unix(position.since))

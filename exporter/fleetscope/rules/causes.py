@@ -2,7 +2,7 @@
 
 First the evidence on each node and GPU (an Xid, throttling or a low clock,
 network trouble), then, for every flagged rank, the first cause that fits, in
-the order of :data:`fleetscope.signals.STRAGGLER_CAUSES`: signals of the
+the order of :data:`fleetscope.promql.STRAGGLER_CAUSES`: signals of the
 rank's own GPU and input pipeline come before trouble its whole node shares,
 and "unknown" is said out loud rather than guessed.
 """
@@ -10,10 +10,7 @@ and "unknown" is said out loud rather than guessed.
 from __future__ import annotations
 
 from fleetscope.metrics import efa, gpu
-from fleetscope.rules.model import Group, Record, new_or_increased, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.rules.training import flag_records
-from fleetscope.signals import (
+from fleetscope.promql import (
     ENA_ALLOWANCE_SHAPED,
     GPU_BUSY,
     GPU_CLOCK_RATIO,
@@ -32,6 +29,9 @@ from fleetscope.signals import (
     indent,
     rank_share,
 )
+from fleetscope.rules.model import Group, Record, new_or_increased, num, sel
+from fleetscope.rules.settings import Settings
+from fleetscope.rules.training import flag_records
 
 EFA_ERROR_EVENTS = (
     efa.RETRANSMIT_TIMEOUT_EVENTS_TOTAL,

@@ -13,11 +13,9 @@ gone silent while the others go on. One rank is one GPU.
 
 from __future__ import annotations
 
-from fleetscope import signals
+from fleetscope import promql
 from fleetscope.metrics import training
-from fleetscope.rules.model import Group, Record, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     GOODPUT_CAUSES,
     JOB_GOODPUT,
     JOB_KEY,
@@ -33,6 +31,8 @@ from fleetscope.signals import (
     on_prometheus_clock,
     rank_share,
 )
+from fleetscope.rules.model import Group, Record, num, sel
+from fleetscope.rules.settings import Settings
 
 
 def stalled(s: Settings) -> str:
@@ -59,7 +59,7 @@ def lost(s: Settings) -> dict[str, str]:
         f")"
     )
     own_input = f"sum by ({JOB_KEY}) ({rank_share('data')} >= 0)"
-    silent = signals.silent_ranks(num(s.silent_after_seconds))
+    silent = promql.silent_ranks(num(s.silent_after_seconds))
     pieces = {
         "straggler_wait": f"{waiting}\n  unless on ({JOB_KEY})\n{JOB_STALLED}",
         "input_wait": f"{own_input}\n  unless on ({JOB_KEY})\n{JOB_STALLED}",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from fleetscope.metrics import MetricSpec
 from fleetscope.metrics import gpu as gpu_metrics
-from fleetscope.rules.model import Alert, Group, Record, held, new_or_increased, num, sel
-from fleetscope.rules.settings import Settings, seconds
-from fleetscope.signals import (
+from fleetscope.promql import (
     GPU_BUSY,
     GPU_CLOCK_RATIO,
     GPU_THROTTLE_SHARE,
     SLOWDOWN_REASONS,
 )
+from fleetscope.rules.model import Alert, Group, Record, held, new_or_increased, num, sel
+from fleetscope.rules.settings import Settings, seconds
 
 GPU_LABELS = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
 # Per link at --collector.gpu.detail=all; the GPU's links together at the default level.

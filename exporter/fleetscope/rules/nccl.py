@@ -24,11 +24,9 @@ counters show trouble.
 
 from __future__ import annotations
 
-from fleetscope import signals
+from fleetscope import promql
 from fleetscope.metrics import nccl
-from fleetscope.rules.model import Alert, Group, Record, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     NCCL_COLLECTIVE_MEAN,
     NCCL_COMM_BUS_BANDWIDTH,
     NCCL_COMM_BUS_BANDWIDTH_BASELINE,
@@ -43,6 +41,8 @@ from fleetscope.signals import (
     STRAGGLERS,
     indent,
 )
+from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.settings import Settings
 
 # Every aggregation keeps `cluster`: shards of one workspace read only their own records (docs/deploy.md).
 COLLECTIVE_KEY = "cluster, comm, collective, size_bucket"
@@ -139,7 +139,7 @@ def _step_time_verdict() -> str:
 def _network_nodes(job_matcher: str) -> str:
     """Template listing the job's nodes whose EFA counters name a cause."""
     query = (
-        f'{signals.NODE_SLOWDOWN_CAUSES}{{cause=~"{NETWORK_CAUSES}"}} '
+        f'{promql.NODE_SLOWDOWN_CAUSES}{{cause=~"{NETWORK_CAUSES}"}} '
         f'and on (instance) {NCCL_NODE_BUS_BANDWIDTH_BASELINE}{{{job_matcher}}}'
     )
     return (
@@ -200,7 +200,7 @@ def alert_rules(s: Settings) -> Group:
             f"fell to {{{{ $value | humanizePercentage }}}} of its average {s.nccl_bandwidth_baseline_offset} "
             f"earlier (threshold {num(s.nccl_bandwidth_ratio * 100)}%), while most of the job's nodes kept theirs: "
             "the links of this node (NVLink or PCIe inside it, or its network) are slow. "
-            "{{ with printf `" + signals.NODE_SLOWDOWN_CAUSES + "{instance=\"%s\"}` $labels.instance | query }}"
+            "{{ with printf `" + promql.NODE_SLOWDOWN_CAUSES + "{instance=\"%s\"}` $labels.instance | query }}"
             "Signals on the node:{{ range $i, $c := . }}{{ if $i }},{{ end }} {{ $c.Labels.cause }}{{ end }}."
             "{{ else }}No GPU or EFA signal on the node names a cause.{{ end }}",
             s.nccl_bandwidth_for,

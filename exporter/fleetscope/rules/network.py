@@ -7,9 +7,7 @@ growth (drops, retransmit timeouts, remote events, work-request errors).
 from __future__ import annotations
 
 from fleetscope.metrics import efa, netstat
-from fleetscope.rules.model import Alert, Group, Record, held, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     EFA_RATE_COUNTERS,
     ENA_ALLOWANCE_SHAPED,
     TCP_RETRANSMIT_RATIO,
@@ -17,6 +15,8 @@ from fleetscope.signals import (
     indent,
     interface_ratio,
 )
+from fleetscope.rules.model import Alert, Group, Record, held, num, sel
+from fleetscope.rules.settings import Settings
 
 # Per device and port at --collector.efa.detail=all; the node's devices summed at the default level.
 EFA_PORT = (

@@ -2,7 +2,7 @@
 
 MegaScale found about 0.5% of machines running about 10% slower, consistently
 across runs: a machine, not a job. A node counts as a repeat offender when its
-ranks were flagged (the straggler rule's flag, :data:`fleetscope.signals.STRAGGLERS`)
+ranks were flagged (the straggler rule's flag, :data:`fleetscope.promql.STRAGGLERS`)
 in ``repeat_min_count`` distinct jobs, or in as many separate windows, within
 ``repeat_window``; flags less than ``repeat_gap`` apart are one window, so a
 rank hovering at the threshold is not counted twice. The look-back is long, so
@@ -12,14 +12,14 @@ do not depend on that interval.
 
 from __future__ import annotations
 
-from fleetscope.rules.model import Alert, Group, Record, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     NODE_JOB_STRAGGLERS,
     NODE_STRAGGLER_FLAGGED,
     NODE_STRAGGLER_JOBS,
     NODE_STRAGGLER_WINDOWS,
 )
+from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.settings import Settings
 
 NODE = "cluster, instance"
 

@@ -29,10 +29,7 @@ so a step of a node's wall clock changes no age.
 from __future__ import annotations
 
 from fleetscope.metrics import push, training
-from fleetscope.record import PHASES, WAITING_PHASE
-from fleetscope.rules.model import Alert, Group, Record, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     JOB_HANG_THRESHOLD,
     JOB_HUNG,
     JOB_LAST_PUSH,
@@ -52,6 +49,9 @@ from fleetscope.signals import (
     on_gpu,
     on_prometheus_clock,
 )
+from fleetscope.rules.model import Alert, Group, Record, num, sel
+from fleetscope.rules.settings import Settings
+from fleetscope.wire import PHASES, WAITING_PHASE
 
 NOT_WAITING = "|".join(p for p in PHASES if p not in (WAITING_PHASE, "ended"))
 DECLARED = "other"  # the phase of a rank inside a phase of the job's own naming (a declared pause)

@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 import yaml
 
+from fleetscope.promql import recording_rule_names
 from fleetscope.rules import causes, goodput, gpu, nccl, network, offenders, progress, selfmon, training
 from fleetscope.rules.model import Alert, Group, Record, Rule
 from fleetscope.rules.settings import PRESETS, PRODUCTION, Settings, values_of
-from fleetscope.signals import recording_rule_names
 
 Format = Literal["rules", "prometheusrule", "helm-values"]
 FORMATS: tuple[Format, ...] = ("rules", "prometheusrule", "helm-values")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from fleetscope.check.verdicts import FINDINGS, nodes_carrying, nodes_scraped
 from fleetscope.metrics import engine, push
+from fleetscope.promql import CLUSTER_BREAKER_ALLOWED, CLUSTER_BREAKER_CARRYING, indent
 from fleetscope.rules.model import Alert, Group, Record, Rule, held, num, sel
 from fleetscope.rules.settings import Settings, seconds
-from fleetscope.signals import CLUSTER_BREAKER_ALLOWED, CLUSTER_BREAKER_CARRYING, indent
-from fleetscope.verdicts import FINDINGS, nodes_carrying, nodes_scraped
 
 NOT_DUPLICATE = 'reason!="duplicate"'  # the matcher for every refusal but an acknowledged re-send
 
@@ -52,7 +52,7 @@ def alert_rules(s: Settings) -> Group:
 
 def breaker_records(s: Settings) -> tuple[Rule, ...]:
     """Per cluster: how many nodes may carry one finding, and per finding how many did within the window (the
-    count `check` makes, fleetscope.verdicts.breaker_expr): one short rule each, before the alert reading them."""
+    count `check` makes, from fleetscope.check.verdicts): one short rule each, before the alert reading them."""
     window = seconds(s.breaker_window)
     scraped = indent(nodes_scraped(s.selector, window, by="cluster"))
     allowed = f"clamp_min(ceil(\n  {scraped}\n  * {num(s.breaker_percent)} / 100\n), 1)"
@@ -64,7 +64,7 @@ def breaker_records(s: Settings) -> tuple[Rule, ...]:
 
 
 def breaker_alert(s: Settings) -> Alert:
-    """The circuit breaker of `fleetscope check` tripped for a cross-node finding (fleetscope.verdicts)."""
+    """The circuit breaker of `fleetscope check` tripped for a cross-node finding (fleetscope.check.verdicts)."""
     return Alert(
         "FleetscopeBreakerTripped",
         f"{CLUSTER_BREAKER_CARRYING}\n  > on (cluster) group_left ()\n{CLUSTER_BREAKER_ALLOWED}",

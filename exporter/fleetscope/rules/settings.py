@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetscope.verdicts import BREAKER_PERCENT
+from fleetscope.check.verdicts import BREAKER_PERCENT
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -199,7 +199,7 @@ class Settings:
     repeat_min_count: float = 3.0
     repeat_interval: str = "10m"
 
-    # The circuit breaker (fleetscope.verdicts): `fleetscope check` holds back a cross-node finding that
+    # The circuit breaker (fleetscope.check.verdicts): `fleetscope check` holds back a cross-node finding that
     # more than breaker_percent of a cluster's nodes carried within breaker_window, and
     # FleetscopeBreakerTripped says so. Keep them equal to check.breaker-percent and check.breaker-window.
     breaker_percent: float = BREAKER_PERCENT

@@ -15,9 +15,7 @@ below ``straggler_min_excess``.
 from __future__ import annotations
 
 from fleetscope.metrics import training
-from fleetscope.rules.model import Alert, Group, Record, held, num, sel
-from fleetscope.rules.settings import Settings
-from fleetscope.signals import (
+from fleetscope.promql import (
     GPU_BUSY,
     JOB_COMPUTE_RATIO_SPREAD,
     JOB_KEY,
@@ -44,6 +42,8 @@ from fleetscope.signals import (
     on_gpu,
     rank_share,
 )
+from fleetscope.rules.model import Alert, Group, Record, held, num, sel
+from fleetscope.rules.settings import Settings
 
 RANK_LABELS = (
     "training job {{ $labels.training_job }} rank {{ $labels.rank }} (pp_stage {{ $labels.pp_stage }}) on "
@@ -164,7 +164,7 @@ def pace_rules(s: Settings) -> list[Group]:
 
 
 def cause_words() -> str:
-    """Template turning the ``cause`` label into the words of :data:`fleetscope.signals.STRAGGLER_CAUSES`."""
+    """Template turning the ``cause`` label into the words of :data:`fleetscope.promql.STRAGGLER_CAUSES`."""
     branches = [f'{"if" if i == 0 else "else if"} eq $labels.cause "{cause}" }}}}{words}'
                 for i, (cause, words) in enumerate(STRAGGLER_CAUSES.items())]
     return "{{ " + "{{ ".join(branches) + "{{ end }}"

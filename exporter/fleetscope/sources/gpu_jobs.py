@@ -39,7 +39,7 @@ POD_RE = re.compile(
     r"pod(?P<uid>[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})"
 )
 CONTAINER_RE = re.compile(r"^(?:cri-containerd-|docker-|crio-|containerd-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
-# A value longer than a pushed job id may be (fleetscope.record.MAX_ID_LENGTH) is no job id or rank: it would
+# A value longer than a pushed job id may be (fleetscope.wire.MAX_ID_LENGTH) is no job id or rank: it would
 # only make labels as long as a process cares to make them.
 MAX_VALUE_CHARS = 128
 ENV_KEYS = ("FLEETSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "SLURM_PROCID",

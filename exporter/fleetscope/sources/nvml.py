@@ -371,9 +371,6 @@ class NvmlSource:
             self._watcher.sync()
         return NvmlReading(self._versions[0], self._versions[1], count, tuple(samples), tuple(lost))
 
-    def lost_indices(self) -> set[int]:
-        return set(self._lost_since)
-
     def identity(self, index: int) -> GpuIdentity | None:
         return self._identities.get(index)
 

@@ -2,7 +2,7 @@
 
 Tests and the simulator run the real ``pynvml`` code against it::
 
-    fake = FakeNvml.from_scenario("h100_8x_healthy")
+    fake = load_scenario("h100_8x_healthy")
     with installed(fake):
         fake.gpu(2).set(temperature=88, clocks_mhz={"sm": 990})
         fake.gpu(2).throttle("hw_thermal")

@@ -317,7 +317,8 @@ def _write_string(buffer: Any, length: Any, text: str) -> int:
 
 
 class FakeNvml:
-    """The fake native library. Build one with :meth:`from_scenario` or directly from ``FakeGpu`` objects."""
+    """The fake native library. Build one with :func:`~fleetscope_sim.nvml_fake.scenarios.load_scenario` or
+    directly from ``FakeGpu`` objects."""
 
     def __init__(
         self,
@@ -360,12 +361,6 @@ class FakeNvml:
             self._functions[getter] = CFunction(getter, functools.partial(self._scalar_getter, getter, read), self)
 
     # -- scenario API ----------------------------------------------------------------------------
-
-    @classmethod
-    def from_scenario(cls, path_or_name: str) -> FakeNvml:
-        from fleetscope_sim.nvml_fake.scenarios import load_scenario
-
-        return load_scenario(path_or_name)
 
     def gpu(self, index: int) -> FakeGpu:
         return self.gpus[index]

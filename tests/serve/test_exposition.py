@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, accepts_gzip, assemble, negotiate, render
+from fleetscope.serve.exposition import EMPTY, Chunk, Format, Renderer, accepts_gzip, assemble, negotiate, render
 
 # What Prometheus sends (scrape/scrape.go): 2.x before scrape_protocols (2.42, Debian's), and 3.x defaults.
 PROMETHEUS_2 = (

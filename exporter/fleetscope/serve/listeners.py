@@ -1,6 +1,6 @@
 """Per-listener HTTP limits and counts, without the server: the ``http`` collector and ``check`` import this.
 
-The enforcement is :mod:`fleetscope.server` (uvicorn's h11 protocol with
+The enforcement is :mod:`fleetscope.serve.guard` (uvicorn's h11 protocol with
 deadlines and a connection cap); this module holds what it is configured with,
 what it counts, and how many connections the open-files limit leaves.
 """

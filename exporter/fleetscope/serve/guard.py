@@ -48,7 +48,7 @@ from fleetscope.compat import (
     open_connections,
     transport,
 )
-from fleetscope.listeners import ListenerStats
+from fleetscope.serve.listeners import ListenerStats
 
 SHUTDOWN_GRACE = 5  # seconds a stopping daemon waits for requests in progress
 # A connection is not evicted in its first seconds: a scrape or probe that arrives during a connection

@@ -24,8 +24,9 @@ The circuit breaker: a finding that more than ``percent`` of the cluster's
 nodes carry, within a sliding window, is far likelier a fleet-wide cause (a
 network event, a driver rollout, Prometheus itself) than that many bad nodes,
 so ``check`` reports it as "could not tell" everywhere and the
-``FleetscopeBreakerTripped`` alert says so. Both build their PromQL here, so
-they count the same nodes.
+``FleetscopeBreakerTripped`` alert says so. Both count with
+:func:`nodes_scraped` and :func:`nodes_carrying` from here, and both round the
+allowed count up (:func:`allowed_nodes`), so they count the same nodes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from fleetscope.signals import (
+from fleetscope.promql import (
     NODE_JOB_STRAGGLERS,
     NODE_SLOWDOWN_CAUSES,
     NODE_STRAGGLER_JOBS,
@@ -72,7 +73,7 @@ CONDITIONS: dict[str, Condition] = {c.name: c for c in (GPU, EFA, TRAINING)}
 
 # -- cross-node findings --------------------------------------------------------------------------------
 
-# Straggler causes (fleetscope.signals.STRAGGLER_CAUSES) found on the node itself, in a few words. The
+# Straggler causes (fleetscope.promql.STRAGGLER_CAUSES) found on the node itself, in a few words. The
 # others are the job's or nobody's: input_wait (its input pipeline), host_cpu (host-side work of the rank,
 # such as rank 0's logging and checkpoints, as often as a slow host), unknown (a code path, a data shard).
 NODE_CAUSES: dict[str, str] = {
@@ -190,18 +191,3 @@ def allowed_nodes(nodes: int, percent: float) -> int:
 
 def breaker_tripped(carrying: int, nodes: int, percent: float) -> bool:
     return carrying > allowed_nodes(nodes, percent)
-
-
-def breaker_expr(selector: str, percent: float, window: float, findings: tuple[NodeFinding, ...] = FINDINGS) -> str:
-    """Per cluster and finding (label ``finding``), the nodes carrying it where more do than are allowed.
-
-    The same count as ``check`` makes (:func:`allowed_nodes`, rounded up, one node at least).
-    """
-    scraped = indent(nodes_scraped(selector, window, by="cluster"))
-    allowed = f"clamp_min(ceil(\n  {scraped}\n  * {percent:g} / 100\n), 1)"
-    parts = []
-    for finding in findings:
-        carrying = nodes_carrying(finding, window, by="cluster")
-        tagged = f'label_replace(\n  {indent(carrying)},\n  "finding", {quote(finding.alert)}, "", ""\n)'
-        parts.append(f"(\n  {indent(tagged)}\n    > on (cluster) group_left ()\n  {indent(allowed)}\n)")
-    return "\nor\n".join(parts)

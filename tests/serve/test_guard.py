@@ -15,12 +15,11 @@ import pytest
 from fleetscope.collectors.http import HttpCollector
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
-from fleetscope.daemon import Daemon, build_daemon
-from fleetscope.listeners import MAX_BACKLOG, MIN_BACKLOG, RESERVED_FDS, ListenerLimits, fit_to_open_files
-from fleetscope.logfilter import RepeatFilter
-from fleetscope.server import EVICTION_GRACE
-
-from .conftest import free_port, wait_listening
+from fleetscope.logs import RepeatFilter
+from fleetscope.serve.daemon import Daemon, build_daemon
+from fleetscope.serve.guard import EVICTION_GRACE
+from fleetscope.serve.listeners import MAX_BACKLOG, MIN_BACKLOG, RESERVED_FDS, ListenerLimits, fit_to_open_files
+from tests.conftest import free_port, wait_listening
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from fleetscope.check.prometheus import cross_node_findings, own_instance
+from fleetscope.collectors.protocol import Finding
 from fleetscope.config import load
-from fleetscope.crossnode import cross_node_findings, own_instance
-from fleetscope.health import Finding
 
 Answer = Callable[[str], tuple[int, Any]]  # query -> (HTTP status, JSON body or raw bytes)
 

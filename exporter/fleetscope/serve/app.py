@@ -1,7 +1,7 @@
 """The HTTP side: a FastAPI app for /metrics, health probes and collector routes.
 
 ``/metrics`` negotiates the format and gzip itself and serves the engine's
-pre-rendered bytes (:mod:`fleetscope.exposition`) straight from the event loop;
+pre-rendered bytes (:mod:`fleetscope.serve.exposition`) straight from the event loop;
 only a scrape that has to render a background reading (a format nobody asked
 for before) or wait for a paused collector goes to the threadpool, so pushes
 are never held up behind it. The GZip middleware, which would compress the body
@@ -17,19 +17,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
-from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetscope import __version__
-from fleetscope.engine import Engine
-from fleetscope.exposition import accepts_gzip, negotiate
-
-
-def make_registry(engine: Engine) -> CollectorRegistry:
-    """A registry over the engine, for tests and tools (``/metrics`` serves the engine's rendered bytes)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(engine)
-    return registry
+from fleetscope.serve.engine import Engine
+from fleetscope.serve.exposition import accepts_gzip, negotiate
 
 
 class GZipExcept:

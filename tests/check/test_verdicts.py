@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from fleetscope.check.verdicts import CONDITIONS, FINDINGS, NODE_CAUSES, allowed_nodes, breaker_tripped
 from fleetscope.config import ConfigError, load
-from fleetscope.signals import STRAGGLER_CAUSES
-from fleetscope.verdicts import CONDITIONS, FINDINGS, NODE_CAUSES, allowed_nodes, breaker_tripped
+from fleetscope.promql import STRAGGLER_CAUSES
 from tests.conftest import ROOT
 
 

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from fleetscope.engine import MAX_FORMATS, CollectorRunner, Engine, LiveCollector
 from fleetscope.errors import NoHardware
-from fleetscope.exposition import Renderer, negotiate
+from fleetscope.serve.engine import MAX_FORMATS, CollectorRunner, Engine, LiveCollector
+from fleetscope.serve.exposition import Renderer, negotiate
 
 PROMETHEUS_2 = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

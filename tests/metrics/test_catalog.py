@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import os
 
-from fleetscope.catalog import render_catalog
 from fleetscope.metrics import ALL_TABLES
+from fleetscope.metrics.catalog import render_catalog
 from tests.conftest import ROOT
 
 CATALOG = os.path.join(ROOT, "docs", "metrics.md")

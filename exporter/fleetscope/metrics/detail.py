@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 
 from prometheus_client.core import Metric
 
-from fleetscope.families import FamilyBuilder
 from fleetscope.metrics import MetricSpec
+from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.metrics.spec import DetailLevel
 
 SeriesKey = tuple[str, tuple[str, ...]]  # metric name, label values

@@ -225,7 +225,7 @@ def interface_ratio(what: str) -> str:
 
 # -- fleetscope itself (rules/selfmon.py) ----------------------------------------------------------------
 
-# The circuit breaker of `fleetscope check` (fleetscope.verdicts): per cluster, how many nodes may carry one
+# The circuit breaker of `fleetscope check` (fleetscope.check.verdicts): per cluster, how many nodes may carry one
 # finding (the share of the nodes scraped within the breaker window, rounded up, one at least), and per finding
 # (label `finding`) how many did within that window.
 CLUSTER_BREAKER_ALLOWED = "cluster:fleetscope_breaker_nodes:allowed"

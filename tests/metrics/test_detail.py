@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.core import Metric
 
-from fleetscope.detail import Detail
 from fleetscope.metrics import MetricSpec
+from fleetscope.metrics.detail import Detail
 from fleetscope.metrics.spec import AtDefault
 
 BYTES = MetricSpec("fleetscope_test_bytes_total", "counter", "Bytes.", ("device", "port"),

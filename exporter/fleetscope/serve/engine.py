@@ -11,7 +11,7 @@ dropped rather than served forever.
 
 A scrape costs what changed since the last one: each collection is rendered, in
 the formats scrapers have been asking for, by its collector's thread before it
-is published (:mod:`fleetscope.exposition`), so ``/metrics`` joins bytes. Work
+is published (:mod:`fleetscope.serve.exposition`), so ``/metrics`` joins bytes. Work
 nothing reads is not done: a collector nobody has scraped for ``idle_after``
 (setting ``collection.pause-after``) pauses until the next scrape, which waits
 (at most the collector's timeout) for a fresh collection.
@@ -33,8 +33,6 @@ from prometheus_client.registry import Collector as PrometheusCollector
 from fleetscope import __version__
 from fleetscope.collectors.protocol import Closeable, Collector, Versioned
 from fleetscope.errors import Incomplete, NoHardware
-from fleetscope.exposition import EMPTY, Chunk, Format, Renderer, assemble
-from fleetscope.families import FamilyBuilder
 from fleetscope.metrics.engine import (
     BUILD_INFO,
     COLLECTOR_DURATION_SECONDS,
@@ -42,6 +40,8 @@ from fleetscope.metrics.engine import (
     COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
     COLLECTOR_SUCCESS,
 )
+from fleetscope.metrics.families import FamilyBuilder
+from fleetscope.serve.exposition import EMPTY, Chunk, Format, Renderer, assemble
 
 logger = logging.getLogger(__name__)
 

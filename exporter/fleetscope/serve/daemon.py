@@ -14,9 +14,9 @@ from fleetscope.collectors import REGISTRY, CollectorEntry
 from fleetscope.collectors.http import HttpCollector
 from fleetscope.collectors.protocol import Collector, HasRouters, collector_class
 from fleetscope.config import Config, split_address
-from fleetscope.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
-from fleetscope.http import create_app, create_push_app
-from fleetscope.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
+from fleetscope.serve.app import create_app, create_push_app
+from fleetscope.serve.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
+from fleetscope.serve.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
 
 if TYPE_CHECKING:
     import uvicorn
@@ -65,7 +65,7 @@ class Daemon:
     async def serve(self) -> None:
         import uvicorn  # lazy: `fleetscope check` never needs a server
 
-        from fleetscope.server import uvicorn_config
+        from fleetscope.serve.guard import uvicorn_config
 
         self.engine.start()
         apps = [("main", self.app, self.config.web.listen_address)]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fleetscope.config import load
-from fleetscope.daemon import build_engine
-from fleetscope.engine import IDLE_AFTER, CollectorRunner
+from fleetscope.serve.daemon import build_engine
+from fleetscope.serve.engine import IDLE_AFTER, CollectorRunner
 
 
 def _runners(flags: dict[str, str]) -> dict[str, CollectorRunner]:

@@ -2,13 +2,13 @@
 
 The whole check answers within its timeout, whatever a source does: every
 collector's ``health()`` runs on its own daemon thread at once, while this
-thread asks Prometheus for the cross-node findings (:mod:`fleetscope.crossnode`);
+thread asks Prometheus for the cross-node findings (:mod:`fleetscope.check.prometheus`);
 a collector that has not answered by the deadline is reported as "could not
 tell", and its thread (stuck in a driver call, holding the source's lock) is
 abandoned rather than waited for, closing included.
 
 ``--condition gpu|efa|training`` reports one node condition
-(:mod:`fleetscope.verdicts`) in node-problem-detector's plugin protocol: exit
+(:mod:`fleetscope.check.verdicts`) in node-problem-detector's plugin protocol: exit
 0, 1 or 2 and one line of at most 80 characters saying why. ``--write DIR``
 reports all three as verdict files, once or every ``--every`` seconds, for a
 node-problem-detector that cannot run fleetscope itself (docs/deploy.md).
@@ -23,18 +23,30 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
+from fleetscope.check.verdicts import CONDITIONS, Condition
 from fleetscope.collectors import REGISTRY
-from fleetscope.collectors.protocol import Closeable, Collector, HealthCheck, collector_class
+from fleetscope.collectors.protocol import Closeable, Collector, Finding, HealthCheck, collector_class
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
-from fleetscope.health import EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNKNOWN, Finding, verdict
-from fleetscope.verdicts import CONDITIONS, Condition
 
 logger = logging.getLogger(__name__)
+
+EXIT_HEALTHY = 0
+EXIT_UNHEALTHY = 1
+EXIT_UNKNOWN = 2  # could not tell
 
 CLOSE_GRACE = 2.0  # seconds closing the collectors that answered may add after the deadline
 MESSAGE_LIMIT = 80  # node-problem-detector keeps this many bytes of a plugin's output as the condition message
 
+
+
+def verdict(findings: list[Finding]) -> int:
+    """The exit code for these findings: any unhealthy one wins, then any unknown one."""
+    if any(f.severity == "unhealthy" for f in findings):
+        return EXIT_UNHEALTHY
+    if any(f.severity == "unknown" for f in findings):
+        return EXIT_UNKNOWN
+    return EXIT_HEALTHY
 
 class _HealthCall:
     """One collector's ``health()`` on a daemon thread."""
@@ -180,7 +192,7 @@ def _cross_node(config: Config, deadline: float, condition: Condition | None) ->
         return []
     if condition is not None and not condition.cross_node:
         return []
-    from fleetscope.crossnode import cross_node_findings
+    from fleetscope.check.prometheus import cross_node_findings
 
     return cross_node_findings(config.check, deadline)
 

@@ -14,9 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from fleetscope.collectors import CollectorEntry
 from fleetscope.config import load
-from fleetscope.daemon import build_daemon
-
-from .conftest import free_port, wait_listening
+from fleetscope.serve.daemon import build_daemon
+from tests.conftest import free_port, wait_listening
 
 
 class Steady:

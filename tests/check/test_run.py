@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from fleetscope.check import CLOSE_GRACE, Checker, run_check, summary, write_verdicts
+from fleetscope.check.run import CLOSE_GRACE, EXIT_UNKNOWN, Checker, run_check, summary, write_verdicts
+from fleetscope.check.verdicts import CONDITIONS
 from fleetscope.cli import main
 from fleetscope.collectors.gpu import GpuCollector
+from fleetscope.collectors.protocol import Finding
 from fleetscope.config import load
-from fleetscope.health import EXIT_UNKNOWN, Finding
-from fleetscope.verdicts import CONDITIONS
 from fleetscope_sim.nvml_fake import install, load_scenario, uninstall, write_sysfs
 from tests.conftest import ROOT
 
@@ -42,7 +42,7 @@ def test_unexpected_error_exits_unknown_not_unhealthy(monkeypatch, capsys) -> No
     def explode(*args, **kwargs):
         raise RuntimeError("something nobody expected")
 
-    monkeypatch.setattr("fleetscope.check.run_check", explode)
+    monkeypatch.setattr("fleetscope.check.run.run_check", explode)
     assert main(["check"]) == EXIT_UNKNOWN
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["fleetscope check: could not tell: RuntimeError: something nobody expected"]

@@ -4,7 +4,7 @@ Some verdicts only Prometheus can make, because they compare nodes: this node
 is a repeat straggler, its ranks are a job's stragglers for a cause on the
 node, NcclLateRank names one of its ranks. ``check`` asks Prometheus's HTTP
 API (``/api/v1/query``) for the firing alerts of
-:data:`fleetscope.verdicts.FINDINGS` about its own ``instance``, with a short
+:data:`fleetscope.check.verdicts.FINDINGS` about its own ``instance``, with a short
 timeout, and reports them; then, for each one found, how many of the
 cluster's nodes carry the same finding (the circuit breaker).
 
@@ -26,9 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from fleetscope.config import CheckConfig
-from fleetscope.health import Finding
-from fleetscope.verdicts import (
+from fleetscope.check.verdicts import (
     FINDINGS_BY_ALERT,
     NODE_CAUSES,
     REPEAT_COUNTS,
@@ -41,6 +39,8 @@ from fleetscope.verdicts import (
     nodes_scraped,
     quote,
 )
+from fleetscope.collectors.protocol import Finding
+from fleetscope.config import CheckConfig
 
 logger = logging.getLogger(__name__)
 
