@@ -284,6 +284,11 @@ class PushConfig:
         "push.max-samples", 10_000, parse_count,
         "Most samples all Pushgateway-style groups may hold together (429 above): bounds memory and scrape time.",
     )
+    max_bytes: int = setting(
+        "push.max-bytes", 8 << 20, parse_count,
+        "Most bytes all Pushgateway-style groups may add to /metrics together (429 above), grouping labels "
+        "counted on every sample they are exposed with: bounds /metrics and the daemon's memory.",
+    )
 
 
 def parse_percent(value: Any) -> float:

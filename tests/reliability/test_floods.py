@@ -181,3 +181,33 @@ def test_concurrent_big_step_pushes(daemon: Callable[..., Daemon]) -> None:
     assert len(busy) < 100
     _, _, text = node.get("/metrics")
     assert f'fleetscope_push_rejected_total{{reason="busy"}} {float(len(busy))}'.encode() in text
+
+
+def group_label_pushes(node: Daemon) -> tuple[list[int], int]:
+    """#35 item 3's reproduction: two PUTs of 69 KB (5,000 samples) under a 12 KB ``note@base64`` grouping
+    label, one under a 48 KB value, then as many under long labels (the longest allowed first) as the byte
+    budget takes. Returns the statuses and the size of /metrics after."""
+    import base64
+    body = "".join(f'm{{i="{i}"}} 1\n' for i in range(5_000)).encode()
+    statuses = []
+    for name, size in (("a", 12_000), ("b", 12_000), ("c", 48_000)):
+        note = base64.urlsafe_b64encode(b"n" * size).decode()
+        statuses.append(http("PUT", f"{node.url}/metrics/job/{name}/note@base64/{note}", body, timeout=120)[0])
+    for index in range(8):  # the longest value allowed, then shorter ones to fill the budget to the brim
+        note = "n" * (1000 if index == 0 else 120)
+        statuses.append(http("PUT", f"{node.url}/metrics/job/fill{index}/note/{note}", body, timeout=120)[0])
+    for accept in ("text/plain", "application/openmetrics-text; version=1.0.0"):
+        status, text, _ = http("GET", node.url + "/metrics", headers={"Accept": accept}, timeout=120)
+        assert status == 200
+    return statuses, len(text)
+
+
+def test_grouping_label_bytes_are_bounded(daemon: Callable[..., Daemon]) -> None:
+    """#35 item 3: two such PUTs made /metrics 120.5 MB and the peak RSS 647 MiB; a 48 KB value 2.4 GB."""
+    node = daemon()
+    statuses, size = group_label_pushes(node)
+    print(f"statuses {statuses}, /metrics {size / 1e6:.1f} MB")
+    assert statuses[:3] == [400, 400, 400]  # label values over 1,024 characters
+    assert 200 in statuses and 429 in statuses  # the byte budget fills, then refuses
+    assert size <= 16_000_000
+    peak_within_limit(node)

@@ -129,7 +129,8 @@ class StepsCollector(Collector, HasRouters):
         self.clock = clock or SystemClock()
         self.store = StepStore(config.push, self.clock)
         limits = GroupLimits(max_groups=config.push.max_groups, max_group_samples=config.push.max_group_samples,
-                             max_samples=config.push.max_samples, ttl=config.push.group_ttl)
+                             max_samples=config.push.max_samples, ttl=config.push.group_ttl,
+                             max_bytes=config.push.max_bytes)
         self.groups = GroupStore(limits, self.clock)
         self.processes = ProcessTable(config.path.procfs)
         self._pushed = _PushedCache()
@@ -155,4 +156,5 @@ class StepsCollector(Collector, HasRouters):
         self.processes.forget({rank.process for rank in view.ranks if rank.process is not None})
         add_receiver(builder, view, len(groups), groups_expired)
         builder.add(push.GROUP_SAMPLES, (), sum(len(f.samples) for g in groups for f in g.families))
+        builder.add(push.GROUP_BYTES, (), self.groups.bytes())
         return builder.families() + self._pushed.families(groups) + last_push_family(groups)

@@ -30,7 +30,7 @@ PROMETHEUS_PER_TARGET = 5
 P5_SERIES: Mapping[str, Mapping[DetailLevel, int]] = MappingProxyType({
     "efa": MappingProxyType({"default": 69, "all": 1154}),
     "gpu": MappingProxyType({"default": 460, "all": 1068}),
-    "steps": MappingProxyType({"default": 224, "all": 224}),
+    "steps": MappingProxyType({"default": 225, "all": 225}),
     "netdev": MappingProxyType({"default": 56, "all": 56}),
     "ena": MappingProxyType({"default": 40, "all": 40}),
     "engine": MappingProxyType({"default": 33, "all": 33}),

@@ -10,7 +10,9 @@ RECORDS_TOTAL = MetricSpec("fleetscope_push_records_total", "counter", "Step rec
 REJECTED_TOTAL = MetricSpec(
     "fleetscope_push_rejected_total", "counter",
     "Pushes refused, by reason (invalid, too_large, limit, unauthorized, incomplete: the body did not "
-    "arrive whole, busy: push.max-inflight-bytes were in flight), and parts of accepted pushes refused: "
+    "arrive whole, busy: push.max-inflight-bytes were in flight, reserved: a metric or label name Prometheus "
+    "or fleetscope give meaning to, lease: a live rank's steps, phase or job from another process), and parts "
+    "of accepted pushes refused: "
     "duplicate (a step the rank's tracker had sent and the daemon stored before: a re-send, not an error), "
     "clock (a completion time in the future or before the previous one, replaced by the time the daemon "
     "received it).", ("reason",))
@@ -23,6 +25,10 @@ GROUPS = MetricSpec("fleetscope_push_groups", "gauge", "Pushgateway-style groups
 GROUP_SAMPLES = MetricSpec(
     "fleetscope_push_group_samples", "gauge",
     "Samples held in Pushgateway-style groups, all together (push.max-samples bounds them).")
+GROUP_BYTES = MetricSpec(
+    "fleetscope_push_group_bytes", "gauge",
+    "Bytes Pushgateway-style groups add to the text exposition, all together, grouping labels counted on every "
+    "sample (push.max-bytes bounds them).", unit="bytes")
 # The labels are the group's grouping key, which varies by group: training_job is the one always there.
 GROUP_LAST_PUSH_TIMESTAMP_SECONDS = MetricSpec(
     "fleetscope_push_group_last_push_timestamp_seconds", "gauge",
@@ -48,6 +54,7 @@ TABLE = table(
         ("expired", EXPIRED_TOTAL),
         ("groups", GROUPS),
         ("group_samples", GROUP_SAMPLES),
+        ("group_bytes", GROUP_BYTES),
         ("group_last_push", GROUP_LAST_PUSH_TIMESTAMP_SECONDS),
         ("scrape_time", SCRAPE_TIMESTAMP_SECONDS),
     ],

@@ -264,7 +264,7 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
                         families = parse_exposition(body.decode("utf-8", "replace"), key, config.max_group_samples)
                         groups.push(key, families, replace_all)
                     except GroupError as exc:
-                        raise PushRefused(400, "invalid", str(exc)) from None
+                        raise PushRefused(400, exc.reason, str(exc)) from None
                     except GroupTooLarge as exc:
                         raise PushRefused(413, "too_large", _naming_setting(exc)) from None
                     except GroupLimitExceeded as exc:

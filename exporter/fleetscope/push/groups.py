@@ -19,7 +19,9 @@ from dataclasses import dataclass, field, replace
 
 from fleetscope.clock import Clock, Now, SystemClock
 from fleetscope.push.grouping import EXPOSED_LABEL, GroupError, GroupKey
-from fleetscope.push.textformat import GroupTooLarge, Labels, PushedFamily
+from fleetscope.push.textformat import GroupTooLarge, Labels, PushedFamily, label_bytes
+
+LAST_PUSH_LINE_BYTES = 80  # fleetscope_push_group_last_push_timestamp_seconds{...} <value>
 
 
 class GroupLimitExceeded(Exception):
@@ -32,12 +34,14 @@ class GroupLimitExceeded(Exception):
 
 @dataclass(frozen=True)
 class GroupLimits:
-    """What the store may hold: groups, samples per group and in all, and seconds a group lives unpushed."""
+    """What the store may hold: groups, samples per group and in all, exposition bytes in all, and seconds a
+    group lives unpushed."""
 
     max_groups: int
     max_group_samples: int
     max_samples: int
     ttl: float
+    max_bytes: int = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,21 @@ class GroupView:
         return {EXPOSED_LABEL.get(name, name): value for name, value in self.key}
 
 
+def identity(key: GroupKey) -> Labels:
+    """The labels a group's series are exposed with (an empty value is an absent label): two groups with the
+    same identity would expose each other's series (#35 item 4)."""
+    return tuple(sorted((EXPOSED_LABEL.get(name, name), value) for name, value in key if value))
+
+
+def key_bytes(key: GroupKey) -> int:
+    """What a group's own series (its last push time) adds to the exposition."""
+    return LAST_PUSH_LINE_BYTES + sum(label_bytes(name, value) for name, value in key)
+
+
+def families_bytes(families: Iterable[PushedFamily]) -> int:
+    return sum(f.size for f in families)
+
+
 @dataclass
 class _Index:
     """Across all groups: each family name's type, the sample names typed families own, every series."""
@@ -57,7 +76,9 @@ class _Index:
     types: dict[str, tuple[str, int]] = field(default_factory=dict)  # family -> (type, groups holding it)
     owned: dict[str, tuple[str, int]] = field(default_factory=dict)  # owned sample name -> (owner, groups)
     series: dict[tuple[str, Labels], GroupKey] = field(default_factory=dict)
+    identities: dict[Labels, GroupKey] = field(default_factory=dict)
     samples: int = 0
+    bytes: int = 0  # exposition bytes of every group: families and last push times
 
     def add(self, key: GroupKey, families: Iterable[PushedFamily]) -> None:
         for family in families:
@@ -69,6 +90,7 @@ class _Index:
             for sample in family.samples:
                 self.series[(sample.name, sample.labels)] = key
             self.samples += len(family.samples)
+            self.bytes += family.size
 
     def remove(self, families: Iterable[PushedFamily]) -> None:
         for family in families:
@@ -78,6 +100,15 @@ class _Index:
             for sample in family.samples:
                 self.series.pop((sample.name, sample.labels), None)
             self.samples -= len(family.samples)
+            self.bytes -= family.size
+
+    def add_group(self, key: GroupKey) -> None:
+        self.identities[identity(key)] = key
+        self.bytes += key_bytes(key)
+
+    def remove_group(self, key: GroupKey) -> None:
+        self.identities.pop(identity(key), None)
+        self.bytes -= key_bytes(key)
 
     @staticmethod
     def _release(table: dict[str, tuple[str, int]], name: str) -> None:
@@ -125,9 +156,20 @@ class GroupStore:
                 raise GroupLimitExceeded(
                     f"pushed groups would hold {total} samples; this node holds at most {self._limits.max_samples}",
                     "max_samples")
+            size = (self._index.bytes - families_bytes(replaced) + families_bytes(families)
+                    + (key_bytes(key) if current is None else 0))
+            if size > self._limits.max_bytes:
+                raise GroupLimitExceeded(
+                    f"pushed groups would take {size} bytes of /metrics; this node allows {self._limits.max_bytes}",
+                    "max_bytes")
+            shadowed = self._index.identities.get(identity(key))
+            if shadowed is not None and shadowed != key:
+                raise GroupError(f"group {dict(key)} would expose the same labels as group {dict(shadowed)}")
             self._check_consistency(key, families, {f.name for f in replaced})
             self._index.remove(replaced)
             self._index.add(key, families)
+            if current is None:
+                self._index.add_group(key)
             self._groups[key] = GroupView(key, kept + families, now)
 
     def _check_consistency(self, key: GroupKey, families: tuple[PushedFamily, ...], leaving: set[str]) -> None:
@@ -165,6 +207,7 @@ class GroupStore:
             if group is None:
                 return False
             self._index.remove(group.families)
+            self._index.remove_group(key)
             return True
 
     def _sweep_locked(self, now: float) -> None:
@@ -172,6 +215,7 @@ class GroupStore:
         stale = [key for key, group in self._groups.items() if now - group.last_push_timestamp > ttl]
         for key in stale:
             self._index.remove(self._groups.pop(key).families)
+            self._index.remove_group(key)
         self.expired += len(stale)
 
     def view(self, now: Now | None = None) -> tuple[tuple[GroupView, ...], int]:
@@ -186,3 +230,8 @@ class GroupStore:
     def samples(self) -> int:
         with self._lock:
             return self._index.samples
+
+    def bytes(self) -> int:
+        """Exposition bytes the groups take, as the byte budget counts them."""
+        with self._lock:
+            return self._index.bytes

@@ -29,6 +29,9 @@ from fleetscope import wire
 from fleetscope.wire import RANK_FIELDS, Role
 
 _PYTHON_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
+# A string field becomes a label value, which reaches `check`'s output and verdict files: one line, no
+# control characters (#35 item 1).
+ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 def _constrained(field: wire.Field, kind: str) -> Any:
@@ -40,6 +43,7 @@ def _constrained(field: wire.Field, kind: str) -> Any:
         lt=field.below if numeric else None,
         min_length=field.min_length if kind == "str" else None,
         max_length=field.max_length if kind == "str" else None,
+        pattern=ONE_LINE if kind == "str" else None,
         allow_inf_nan=(not field.finite) if kind == "float" else None,
     )
     return Annotated[_PYTHON_TYPES[kind], constraints]

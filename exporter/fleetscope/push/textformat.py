@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from fleetscope.compat import parse_text_format
 from fleetscope.metrics.spec import NAMESPACE
-from fleetscope.push.grouping import EXPOSED_LABEL, GroupError, GroupKey
+from fleetscope.push.grouping import EXPOSED_LABEL, GroupError, GroupKey, ReservedName, check_label
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -45,6 +45,23 @@ OWNED_SUFFIXES = {
     "histogram": ("_bucket", "_count", "_sum", "_created"),
     "summary": ("_count", "_sum", "_created"),
 }
+
+
+# Series Prometheus writes itself or fleetscope's rules and `check` read: a pushed family by such a name
+# would forge or blind them (#35 items 1 and 2). Names with a colon are recording rules' by convention,
+# and the text format keeps them (so does Prometheus 3's default negotiation).
+PROMETHEUS_NAMES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+
+
+def reserved(name: str) -> str:
+    """Why a pushed metric may not be called ``name`` ("" when it may)."""
+    if name in PROMETHEUS_NAMES or name.startswith("scrape_"):
+        return "is Prometheus's own series"
+    if ":" in name:
+        return "has a colon, which names recording rules"
+    if name.startswith(NAMESPACE + "_"):
+        return f"is in the daemon's own {NAMESPACE}_ namespace"
+    return ""
 
 
 def owned_names(name: str, kind: str) -> set[str]:
@@ -73,9 +90,32 @@ class PushedFamily:
     type: str
     help: str
     samples: tuple[PushedSample, ...]
+    size: int = 0  # bytes the family takes in the text exposition (at least: see exposition_bytes)
 
     def owned(self) -> set[str]:
         return owned_names(self.name, self.type)
+
+
+# A sample line's bytes besides its name and labels: braces, a value as long as repr(float) makes it, newline.
+SAMPLE_LINE_BYTES = 28
+
+
+def label_bytes(name: str, value: str) -> int:
+    """Bytes of ``,name="value"`` as exposed (``job`` as ``training_job``; quotes and backslashes escaped)."""
+    exposed = EXPOSED_LABEL.get(name, name)
+    return len(exposed) + len(value.encode()) + value.count("\\") + value.count('"') + 4
+
+
+def exposition_bytes(name: str, help: str, samples: tuple[PushedSample, ...]) -> int:
+    """What a family adds to the text exposition: HELP and TYPE lines and one line per sample.
+
+    Counted in the group store's byte budget (``push.max-bytes``), so grouping labels repeated on every
+    sample count for what they make ``/metrics`` (#35 item 1: a 12 KB label on 5,000 samples is 60 MB).
+    """
+    size = 2 * len(name) + len(help.encode()) + 32
+    for sample in samples:
+        size += len(sample.name) + SAMPLE_LINE_BYTES + sum(label_bytes(k, v) for k, v in sample.labels)
+    return size
 
 
 @dataclass
@@ -194,6 +234,11 @@ class _Family:
         self._raw = builder.samples
 
     def _labels(self, labels: dict[str, str]) -> dict[str, str]:
+        for name, value in labels.items():
+            # The grouping key's labels win over the body's (checked with the key); the body's training_job
+            # gives way to the key's job below.
+            if name not in self._overrides and name not in EXPOSED_LABEL.values():
+                check_label(name, value, f"metric {self.name!r}")
         merged = {k: v for k, v in labels.items() if v != ""}  # an empty value is an absent label
         for name in self._overrides:  # the grouping label also wins over its exposed name in the body
             if name in EXPOSED_LABEL:
@@ -213,12 +258,16 @@ class _Family:
         out: list[PushedSample] = []
         seen: set[tuple[str, Labels]] = set()
         for name, labels, value in samples:
+            why = reserved(name)
+            if why:
+                raise ReservedName(f"metric {name!r} {why}")
             items = tuple(sorted(labels.items()))
             if (name, items) in seen:
                 raise GroupError(f"sample {name}{dict(items)} appears twice")
             seen.add((name, items))
             out.append(PushedSample(name, items, value))
-        return PushedFamily(self.name, self.type, self.help, tuple(out))
+        return PushedFamily(self.name, self.type, self.help, tuple(out),
+                            exposition_bytes(self.name, self.help, tuple(out)))
 
     def _counter(self, samples: list[tuple[str, dict[str, str], float]]) -> None:
         for name, labels, value in samples:
@@ -365,8 +414,9 @@ def parse_exposition(text: str, key: GroupKey, max_samples: int = 1 << 62) -> tu
     overrides = dict(key)
     families: list[PushedFamily] = []
     for builder in builders.values():
-        if builder.name.startswith(NAMESPACE + "_"):
-            raise GroupError(f"metric {builder.name!r} is in the daemon's own {NAMESPACE}_ namespace")
+        why = reserved(builder.name)
+        if why:
+            raise ReservedName(f"metric {builder.name!r} {why}")
         builder.help = helps.get(builder.name, "")
         families.append(_Family(builder, overrides).build())
     return _without_clashes(families)
