@@ -81,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "(a 0600 file) or FLEETSCOPE_PUSH_TOKEN instead", os.getpid())
     daemon = build_daemon(config)
     logger.info(
-        "fleetscope %s listening on %s (collectors: %s)", __version__, config.web.listen_address,
+        "fleetscope %s starting on %s (collectors: %s)", __version__, config.web.listen_address,
         ", ".join(daemon.collectors) or "none",
     )
     asyncio.run(daemon.serve())

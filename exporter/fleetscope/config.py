@@ -150,6 +150,12 @@ class WebConfig:
     read_timeout: float = setting(
         "web.read-timeout", 30.0, parse_seconds, "Longest a client may take to send a whole request, body included.",
     )
+    ready_file: str = setting(
+        "web.ready-file", "", parse_str,
+        "Once every listener is open, write the addresses they bound to this file (JSON, listener name -> "
+        "host:port; with port 0 the kernel's choice), so whoever started the daemon needs no free port; "
+        "empty: no file.",
+    )
     api_docs: bool = setting(
         "web.api-docs", False, parse_bool,
         "Serve the push API's OpenAPI description and its pages (/openapi.json, /docs); off, they are not served "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import shutil
 import signal
 import socket
@@ -23,7 +25,8 @@ def _cluster_args(parser: argparse.ArgumentParser, default_faults: str | None, i
     parser.add_argument("--jobs", type=int, default=2, help="Training jobs the nodes are split into (default 2).")
     parser.add_argument("--profiles", default="p5.48xlarge,p4d.24xlarge",
                         help="Instance profiles, assigned to nodes in turn (default: p5.48xlarge,p4d.24xlarge).")
-    parser.add_argument("--base-port", type=int, default=9500, help="node-00 listens here, node-01 one above...")
+    parser.add_argument("--base-port", type=int, default=9500,
+                        help="node-00 listens here, node-01 one above... (0: each binds a port the kernel chooses)")
     parser.add_argument("--faults", metavar="FILE|NAME", default=default_faults,
                         help=f"Fault schedule: a YAML file, or a built-in one ({', '.join(SCHEDULES)}); "
                              f"default: {default_faults or 'none'}.")
@@ -78,13 +81,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for node in spec.nodes:
             print(f"{node.name} ({node.profile.instance_type}): {cluster.url(node.name)}/metrics")
         print(f"trees and logs: {workdir}", flush=True)
+        cluster.start_clock()
         thread = cluster.run_in_thread(args.duration)
+        if args.ready_file:
+            _write_whole(args.ready_file, {"started_at": cluster.started_at, "nodes": cluster.addresses})
         while thread.is_alive() and not stop.wait(0.5):
             pass
     finally:
         cluster.stop()
         _remove_scratch(args, workdir)
     return 0
+
+
+def _write_whole(path: str, data: Any) -> None:
+    """``data`` as JSON to ``path``, renamed into place: a reader never sees half of it."""
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    os.replace(partial, path)
 
 
 def _remove_scratch(args: argparse.Namespace, workdir: str) -> None:
@@ -115,7 +129,7 @@ def _scheduled(args: argparse.Namespace, spec: Any) -> list[Fault]:
 
 def _ports_in_use(ports: list[int]) -> list[int]:
     busy = []
-    for port in ports:
+    for port in filter(None, ports):  # 0: the kernel chooses one when the server binds
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
@@ -177,6 +191,9 @@ def cmd_simulate_node(args: argparse.Namespace) -> int:
 def register_simulate(sub: Any) -> None:
     parser = sub.add_parser("simulate", help="Run a simulated GPU cluster through the real daemon (no Prometheus).")
     _cluster_args(parser, None, 2.5)
+    parser.add_argument("--ready-file", default=None, metavar="PATH",
+                        help="Once every node answers and the clock runs, write the nodes' addresses and the Unix "
+                             "time of simulation time 0 here (JSON), for whoever started the simulator.")
     parser.set_defaults(func=cmd_simulate)
 
 

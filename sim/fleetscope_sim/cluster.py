@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -20,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope_sim.faults import Fault
+from fleetscope_sim.harness import READY_TIMEOUT, Daemon
 from fleetscope_sim.inspector import InspectorNode, StepCollectives
-from fleetscope_sim.localhttp import answers_ok
 from fleetscope_sim.node import Load, NodeModel
 from fleetscope_sim.profiles import NodeProfile, profile
 from fleetscope_sim.training import JobModel, JobSpec, Position, RankState
@@ -106,12 +105,14 @@ def make_cluster(
 ) -> ClusterSpec:
     """``nodes`` nodes named node-00..., profiles alternating, split evenly into ``jobs`` jobs (job-a, job-b...).
 
-    ``jobs=0`` gives idle nodes, for real training processes to push to.
+    ``jobs=0`` gives idle nodes, for real training processes to push to. ``base_port=0``: each node daemon binds
+    a port the kernel chooses (:attr:`SimCluster.addresses`).
     """
     if nodes < 1 or jobs < 0 or jobs > nodes:
         raise ValueError("need at least one node, and at least one node per job")
     node_specs = tuple(
-        NodeSpec(f"node-{i:02d}", profile(profiles[i % len(profiles)]), base_port + i) for i in range(nodes)
+        NodeSpec(f"node-{i:02d}", profile(profiles[i % len(profiles)]), base_port + i if base_port else 0)
+        for i in range(nodes)
     )
     per_job = nodes // max(jobs, 1)
     job_specs = []
@@ -129,8 +130,15 @@ class SimNode:
     spec: NodeSpec
     model: NodeModel
     writer: TreeWriter
-    process: subprocess.Popen[bytes] | None = None
-    log_path: str = ""
+    daemon: Daemon | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.daemon.process if self.daemon is not None else None
+
+    @property
+    def log_path(self) -> str:
+        return str(self.daemon.log_path) if self.daemon is not None else ""
 
     @property
     def paths(self) -> NodePaths:
@@ -221,6 +229,7 @@ class SimCluster:
     _next_tree_write: dict[str, float] = field(default_factory=dict)
     _exited: set[tuple[str, int]] = field(default_factory=set)  # (job, rank) whose process died
     _thread: threading.Thread | None = None
+    addresses: dict[str, str] = field(default_factory=dict)  # node -> host:port its daemon bound
     # The longest stretch between two ticks (seconds, and the simulation time it ended at). Ranks report where
     # they are only at ticks: through a stretch past the hang rules' 15 s floor every simulated rank stays where it
     # was, its peers waiting in a collective, a hang to any observer (a real job's ranks never wait on this loop).
@@ -247,43 +256,31 @@ class SimCluster:
             collectives.start({name: int(self.nodes[name].model.uptime * CLOCK_TICKS) for name in spec.nodes})
             self.collectives.append(collectives)
 
-    def start(self, ready_timeout: float = 240.0) -> None:
+    def start(self, ready_timeout: float = READY_TIMEOUT) -> None:
         """Build, start one daemon process per node and wait until each answers /readyz.
 
-        Generous: sixteen daemons importing FastAPI at once on a 2-core machine under a load average
-        of 50 were not all up after 90 s."""
+        A node whose spec has port 0 binds one the kernel chooses; :attr:`addresses` has what each bound."""
         if not self.nodes:
             self.build()
         self.started_at = time.time()
         for node in self.nodes.values():
-            node.log_path = os.path.join(self.workdir, f"{node.spec.name}.log")
-            with open(node.log_path, "ab") as log:
-                node.process = subprocess.Popen(
-                    [sys.executable, "-m", "fleetscope", "simulate-node", "--root", node.paths.root,
-                     "--listen", f"{self.spec.host}:{node.spec.port}",
-                     "--interval", str(self.spec.collector_interval),
-                     *(f"--set={key}={value}" for key, value in self.spec.daemon_settings)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                )
+            node.daemon = Daemon.simulated_node(
+                self.workdir, node.paths.root, self.spec.collector_interval, node.spec.name,
+                self.spec.daemon_settings, listen=f"{self.spec.host}:{node.spec.port}")
+            node.daemon.spawn()
         self.wait_ready(ready_timeout)
 
     def wait_ready(self, timeout: float) -> None:
+        """Every node daemon started together, so their waits overlap: together they have ``timeout`` s."""
         deadline = time.monotonic() + timeout
-        pending = set(self.nodes)
-        while pending:
-            for name in sorted(pending):
-                node = self.nodes[name]
-                if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {node.process.returncode}; see {node.log_path}")
-                if answers_ok(self.url(name) + "/readyz"):
-                    pending.discard(name)
-            if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"nodes not ready after {timeout}s: {sorted(pending)}")
-            if pending:
-                time.sleep(0.3)
+        for name, node in sorted(self.nodes.items()):
+            assert node.daemon is not None, f"{name} not started"
+            node.daemon.wait_ready(max(1.0, deadline - time.monotonic()))
+            self.addresses[name] = node.daemon.address
 
     def url(self, node: str) -> str:
-        return f"http://{self.spec.host}:{self.spec.node(node).port}"
+        return f"http://{self.addresses[node]}" if node in self.addresses else \
+            f"http://{self.spec.host}:{self.spec.node(node).port}"
 
     def stop(self) -> None:
         self._stop.set()
@@ -293,15 +290,11 @@ class SimCluster:
         if close is not None:
             close()
         for node in self.nodes.values():
-            if node.process is not None and node.process.poll() is None:
-                node.process.terminate()
+            if node.daemon is not None and node.daemon.running():
+                node.daemon.process.terminate()  # type: ignore[union-attr]  # all at once, then wait for each
         for node in self.nodes.values():
-            if node.process is not None:
-                try:
-                    node.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    node.process.kill()
-                    node.process.wait()
+            if node.daemon is not None:
+                node.daemon.stop(timeout=10)
 
     def __enter__(self) -> SimCluster:
         self.start()

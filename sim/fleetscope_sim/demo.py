@@ -76,7 +76,8 @@ class Demo:
                 alertmanager.start()
             rules = args.rules or render_rules(os.path.join(workdir, "rules"), args.production_rules)
             prometheus.start(prometheus_config(self.spec, [rules], scrape_interval=SCRAPE_INTERVAL,
-                                               alertmanager=alertmanager.listen if alertmanager else None))
+                                               alertmanager=alertmanager.address if alertmanager else None,
+                                               addresses=cluster.addresses))
             grafana_note = self._start_grafana(workdir, prometheus)
             grafana = grafana_note[0]
             self._print(self._banner(cluster, prometheus, alertmanager, grafana, grafana_note[1], rules, workdir))

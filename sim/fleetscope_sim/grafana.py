@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from fleetscope_sim.prom import stop_process, wait_http
+from fleetscope_sim.harness import eventually
+from fleetscope_sim.localhttp import answers_ok
 
 BINARIES = ("grafana", "grafana-server")
 # Where packages put Grafana's home: Debian/RPM packages, a /usr/local or Homebrew install.
@@ -165,7 +166,20 @@ class Grafana:
                 self.install.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 cwd=self.install.home,
             )
-        wait_http(f"{self.url}/api/health", self.process, self.log_path, timeout)
+        process = self.process
+
+        def healthy() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"grafana exited with {process.returncode}; see {self.log_path}")
+            return answers_ok(f"{self.url}/api/health")
+
+        eventually(healthy, timeout, f"grafana to answer {self.url}/api/health", interval=0.3)
 
     def stop(self) -> None:
-        stop_process(self.process)
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -13,7 +13,7 @@ def daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
     def start(flags: dict[str, str] | None = None, open_files: int | None = None) -> Daemon:
-        built = Daemon(tmp_path, dict(flags or {}), open_files).start()
+        built = Daemon.on_p5(tmp_path, flags, open_files).start()
         started.append(built)
         return built
 
@@ -23,7 +23,8 @@ def daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
 
 @pytest.fixture(scope="module")
-def pushgateway() -> Iterator[Pushgateway]:
-    gateway = Pushgateway().start()
+def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushgateway]:
+    gateway = Pushgateway(tmp_path_factory.mktemp("pushgateway"))
+    gateway.start()
     yield gateway
     gateway.stop()

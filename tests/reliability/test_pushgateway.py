@@ -163,7 +163,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    daemon = Daemon(Path(tmp_path_factory.mktemp("daemon"))).start()
+    daemon = Daemon.on_p5(Path(tmp_path_factory.mktemp("daemon"))).start()
     yield daemon
     daemon.stop()
 

@@ -11,7 +11,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetscope_sim.cluster import SimCluster, make_cluster
 from fleetscope_sim.faults import parse_schedule
-from tests.conftest import free_port_run
 
 
 def _samples(url: str) -> dict[str, list]:
@@ -28,7 +27,7 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
         {"kind": "efa_device_missing", "at": 0, "node": "node-01", "device": "rdmap32s27"},
         {"kind": "rank_dies", "at": 20, "job": "job-a", "rank": 13},
     ])
-    spec = make_cluster(nodes=2, jobs=1, base_port=free_port_run(2), faults=faults, step_seconds=1.0,
+    spec = make_cluster(nodes=2, jobs=1, base_port=0, faults=faults, step_seconds=1.0,
                         collector_interval=1.0)
     cluster = SimCluster(spec, str(scratch))
     cluster.start()
@@ -95,7 +94,7 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
 
 
 def test_the_longest_stretch_between_ticks_is_kept(scratch):
-    spec = make_cluster(nodes=1, jobs=1, base_port=free_port_run(1), step_seconds=1.0, tick=0.05)
+    spec = make_cluster(nodes=1, jobs=1, base_port=0, step_seconds=1.0, tick=0.05)
     cluster = SimCluster(spec, str(scratch))
     cluster.build()
     ticks: list[float] = []

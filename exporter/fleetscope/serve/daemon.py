@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -78,9 +80,23 @@ class Daemon:
             uv_config = uvicorn_config(app, split_address(address), stats, self.config.log.level)
             self.servers.append(uvicorn.Server(uv_config))
         try:
-            await asyncio.gather(*(server.serve() for server in self.servers))
+            await asyncio.gather(*(server.serve() for server in self.servers), self._announce([n for n, _, _ in apps]))
         finally:
             self.engine.stop()
+
+    async def _announce(self, names: list[str]) -> None:
+        """Once every listener is open: log the address each bound (port 0: the kernel's choice) and write them to
+        ``web.ready-file``, written whole (a reader never sees half of it)."""
+        while not all(server.started for server in self.servers):
+            await asyncio.sleep(0.02)  # uvicorn sets ``started`` once it listens; a failed bind exits the process
+        bound = {name: bound_address(server) for name, server in zip(names, self.servers, strict=True)}
+        logger.info("listening on %s", ", ".join(f"{address} ({name})" for name, address in bound.items()))
+        path = self.config.web.ready_file
+        if path:
+            partial = f"{path}.{os.getpid()}.tmp"
+            with open(partial, "w", encoding="utf-8") as out:
+                json.dump(bound, out)
+            os.replace(partial, path)
 
     def listener_stats(self, name: str) -> ListenerStats:
         """Counts for listener ``name``: the ``http`` collector's, exported; private ones when it is off."""
@@ -93,6 +109,12 @@ class Daemon:
     def request_stop(self) -> None:
         for server in self.servers:
             server.should_exit = True
+
+
+def bound_address(server: uvicorn.Server) -> str:
+    """``host:port`` (``[v6]:port``) of a started uvicorn server's first socket: the port it really bound."""
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def build_daemon(
