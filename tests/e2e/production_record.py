@@ -71,7 +71,7 @@ HANG_WATCH_SECONDS = 240.0  # the hang job is stopped this long after its fault
 
 def record(out: str, base_port: int) -> None:
     nodes = sum(math.ceil(job.ranks / job.per_node) for job in JOBS)
-    with cluster(nodes, base_port, rules=PRODUCTION_RULES, scrape_seconds=SCRAPE) as jobs:
+    with cluster(nodes, rules=PRODUCTION_RULES, scrape_seconds=SCRAPE) as jobs:
         assert jobs.prometheus is not None
         started = time.time()
         node = 0
@@ -246,7 +246,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--out", required=True)
-    rec.add_argument("--base-port", type=int, default=19500)
+    rec.add_argument("--base-port", type=int, default=19500, help="the torch jobs' rendezvous ports start here")
     wr = sub.add_parser("write")
     wr.add_argument("--raw", required=True)
     wr.add_argument("--test-file", default=str(TEST_FILE))

@@ -16,14 +16,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -33,10 +34,11 @@ from fleetscope.cli import main
 from fleetscope.promql import NODE_JOB_STRAGGLERS
 from fleetscope.rules.render import groups_dict
 from fleetscope.rules.settings import PRODUCTION
-from tests.conftest import ROOT, free_port, require_binary
+from fleetscope_sim.harness import Prometheus, eventually
+from tests.conftest import ROOT, require_binary
 from tests.deploy.test_slurm import FakeNode
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.live
 
 CLUSTERS = {"a": [f"a{i:02d}" for i in range(10)], "b": [f"b{i:02d}" for i in range(10)]}
 OFFENDERS = {"a03", "b00", "b01", "b02"}
@@ -60,14 +62,10 @@ def planted_history(now: float) -> str:
     return "\n".join(lines) + "\n# EOF\n"
 
 
-def query(url: str, expr: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
-        return list(json.load(r)["data"]["result"])
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = require_binary("prometheus"), require_binary("promtool")
+    require_binary("prometheus")
+    promtool = require_binary("promtool")
     work = tmp_path_factory.mktemp("verdicts")
     history = work / "history.om"
     history.write_text(planted_history(time.time()))
@@ -76,40 +74,31 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     groups = [g for g in groups_dict(SETTINGS) if g["name"] in GROUPS]
     assert {g["name"] for g in groups} == GROUPS
     (work / "rules.yml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-    refused = f"127.0.0.1:{free_port()}"  # nothing listens: every node's `up` is 0
-    targets = [{"targets": [refused], "labels": {"cluster": cluster, "instance": node}}
-               for cluster, nodes in CLUSTERS.items() for node in nodes]
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(work / "rules.yml")],
-        "scrape_configs": [{"job_name": "fleetscope", "static_configs": targets}],
-    }
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(work / "prometheus.log", "wb") as log:
-        process = subprocess.Popen(
-            [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 90
-        breaker = 'ALERTS{alertname="FleetscopeBreakerTripped", alertstate="firing"}'
-        while time.monotonic() < deadline:
-            assert process.poll() is None, (work / "prometheus.log").read_text()[-2000:]
-            try:
-                if query(url, breaker):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("the breaker alert never fired:\n" + (work / "prometheus.log").read_text()[-2000:])
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with refusing_address() as refused:  # nothing listens: every node's `up` is 0
+        targets = [{"targets": [refused], "labels": {"cluster": cluster, "instance": node}}
+                   for cluster, nodes in CLUSTERS.items() for node in nodes]
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(work / "rules.yml")],
+            "scrape_configs": [{"job_name": "fleetscope", "static_configs": targets}],
+        }
+        server = Prometheus(work, retention="30d")  # its data directory, work/data, holds the planted history
+        try:
+            server.start(config)
+            breaker = 'ALERTS{alertname="FleetscopeBreakerTripped", alertstate="firing"}'
+            eventually(lambda: server.query(breaker), 180, "the breaker alert to fire", interval=0.5)
+            yield server.url
+        finally:
+            server.stop()
+
+
+@contextmanager
+def refusing_address() -> Iterator[str]:
+    """host:port of a socket bound and never listening: a connection there is refused, and the port stays ours."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        host, port = sock.getsockname()
+        yield f"{host}:{port}"
 
 
 def check(capsys: pytest.CaptureFixture[str], instance: str, url: str) -> tuple[int, str]:
@@ -140,10 +129,9 @@ def test_breaker_holds_back_a_finding_on_more_than_a_fifth_of_the_nodes(promethe
 
 
 def test_prometheus_down_or_ignorant_of_the_node_is_could_not_tell(prometheus: str, capsys) -> None:
-    started = time.monotonic()
-    code, out = check(capsys, "a03", f"http://127.0.0.1:{free_port()}")
+    with refusing_address() as nobody:
+        code, out = check(capsys, "a03", f"http://{nobody}")
     assert code == EXIT_UNKNOWN and out.startswith("could not tell: Prometheus unreachable")
-    assert time.monotonic() - started < 5
     code, out = check(capsys, "a99", prometheus)
     assert (code, out) == (EXIT_UNKNOWN, "could not tell: Prometheus has no target instance=a99 (check.instance?)\n")
 

@@ -24,16 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetscope_sim.detection import AlertWatcher
-from fleetscope_sim.localhttp import answers_ok
-from fleetscope_sim.prom import Prometheus
+from fleetscope_sim.harness import Daemon, Prometheus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
 PRODUCTION_RULES = os.path.join(ROOT, "alerts", "fleetscope.rules.yml")
 SCRAPE_SECONDS = 5.0  # the compressed rules' scrape interval; the shipped configs scrape every 15 s
-# A daemon's start is about 0.9 CPU-seconds (FastAPI, pydantic, uvicorn): under the suite's first minute (32 ranks
-# importing torch, 20 simulated nodes starting, a load of 35 on 2 cores) that took 50 s of wall.
-READY_TIMEOUT = 240.0
 # The GPUs each node's ranks see, as a scheduler would set them: node-01's ranks get the node's GPUs
 # 4-7, so local rank 2 computes on GPU 6 (the client maps the CUDA ordinal back).
 VISIBLE_DEVICES = {"node-01": "4,5,6,7"}
@@ -42,11 +38,10 @@ VISIBLE_DEVICES = {"node-01": "4,5,6,7"}
 @dataclass
 class Cluster:
     workdir: str
-    base_port: int
     nodes: int
     rules: str = RULES
     scrape_seconds: float = SCRAPE_SECONDS
-    daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    daemons: list[Daemon] = field(default_factory=list)
     ranks: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
     prometheus: Prometheus | None = None
     watcher: AlertWatcher | None = None
@@ -55,21 +50,20 @@ class Cluster:
         return f"node-{index:02d}"
 
     def url(self, index: int) -> str:
-        return f"http://127.0.0.1:{self.base_port + index}"
+        return self.daemons[index].url
 
     def start(self, median_window: int = 64) -> None:
-        for index in range(self.nodes):
-            log = open(os.path.join(self.workdir, f"{self.node(index)}.log"), "wb")  # noqa: SIM115
-            self.daemons.append(subprocess.Popen(
-                [sys.executable, "-m", "fleetscope", "serve",
-                 f"--web.listen-address=127.0.0.1:{self.base_port + index}",
-                 "--no-collector.efa", "--no-collector.netdev", "--no-collector.netstat", "--no-collector.ena",
-                 "--no-collector.gpu", "--collector.steps", f"--push.median-window={median_window}"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environ(),
-            ))
+        settings = {"collector.efa": False, "collector.netdev": False, "collector.netstat": False,
+                    "collector.ena": False, "collector.gpu": False, "collector.steps": True,
+                    "push.median-window": median_window}
+        self.daemons = [Daemon.serve(self.workdir, settings, name=self.node(i), env=_environ())
+                        for i in range(self.nodes)]
+        for daemon in self.daemons:
+            daemon.spawn()
         # Prometheus starts once every daemon answers, as on a cluster where the DaemonSet runs before jobs
         # do: scraped while still importing, a daemon is down (`up == 0`), and FleetscopeDown fires after 30 s.
-        self.wait_ready(READY_TIMEOUT)
+        for daemon in self.daemons:
+            daemon.wait_ready()
         interval = f"{self.scrape_seconds:g}s"
         timeout = f"{min(self.scrape_seconds, 10):g}s"
         config: dict[str, Any] = {
@@ -78,32 +72,15 @@ class Cluster:
             "scrape_configs": [{
                 "job_name": "fleetscope",
                 "static_configs": [
-                    {"targets": [f"127.0.0.1:{self.base_port + i}"], "labels": {"instance": self.node(i)}}
-                    for i in range(self.nodes)
+                    {"targets": [daemon.address], "labels": {"instance": self.node(i)}}
+                    for i, daemon in enumerate(self.daemons)
                 ],
             }],
         }
-        self.prometheus = Prometheus(os.path.join(self.workdir, "prometheus"),
-                                     listen=f"127.0.0.1:{self.base_port + self.nodes}")
+        self.prometheus = Prometheus(os.path.join(self.workdir, "prometheus"))
         self.prometheus.start(config)
         self.watcher = AlertWatcher(self.prometheus.alerts)
         self.watcher.start()
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pending = set(range(self.nodes))
-        while pending:
-            for index in sorted(pending):
-                daemon = self.daemons[index]
-                log = os.path.join(self.workdir, f"{self.node(index)}.log")
-                if daemon.poll() is not None:
-                    raise RuntimeError(f"{self.node(index)}'s daemon exited with {daemon.returncode}; see {log}")
-                if answers_ok(self.url(index) + "/readyz"):
-                    pending.discard(index)
-            if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"daemons not ready after {timeout:g}s: {[self.node(i) for i in sorted(pending)]}")
-            if pending:
-                time.sleep(0.3)
 
     def launch(self, job: str, ranks: int, per_node: int, master_port: int, *args: str, first_node: int = 0) -> None:
         """``ranks`` ranks of ``job``, ``per_node`` on each node in order from ``first_node``; ``args`` go to
@@ -176,12 +153,7 @@ class Cluster:
                     os.killpg(proc.pid, signal.SIGKILL)  # the rank and its DataLoader workers
                     proc.wait(10)
         for daemon in self.daemons:
-            daemon.terminate()
-        for daemon in self.daemons:
-            try:
-                daemon.wait(15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            daemon.stop()
         if self.prometheus is not None:
             self.prometheus.stop()
 
@@ -194,10 +166,10 @@ def _environ() -> dict[str, str]:
 
 
 @contextmanager
-def cluster(nodes: int, base_port: int, median_window: int = 64, rules: str = RULES,
+def cluster(nodes: int, median_window: int = 64, rules: str = RULES,
             scrape_seconds: float = SCRAPE_SECONDS) -> Iterator[Cluster]:
     """Nodes, Prometheus and an alert watcher; on failure the work directory (rank logs) is kept."""
-    running = Cluster(tempfile.mkdtemp(prefix="fleetscope-jobs-"), base_port, nodes, rules, scrape_seconds)
+    running = Cluster(tempfile.mkdtemp(prefix="fleetscope-jobs-"), nodes, rules, scrape_seconds)
     try:
         running.start(median_window)
         yield running

@@ -22,7 +22,7 @@ import pytest
 from fleetscope.client import StepTracker
 from tests.reliability.processes import Daemon
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.live
 
 TOKENS_PER_STEP = 7
 

@@ -19,7 +19,7 @@ import pytest
 from tests.reliability.floods import Scraper, room_for_sockets
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon, http
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.live
 
 MEMORY_CEILING = int(MEMORY_LIMIT_BYTES * 0.85)  # the limit, less a margin for what the test cannot see
 

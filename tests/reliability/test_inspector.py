@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.live
 
 MEMORY_CEILING = int(MEMORY_LIMIT_BYTES * 0.85)
 METRICS_CEILING = 2 << 20  # nccl.max-keys (1024) keys of 3 series, an info each, labels capped: about 1 MB
