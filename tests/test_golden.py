@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -24,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetscope.config import load
 from fleetscope.metrics import efa
 from fleetscope.serve.daemon import build_daemon
-from tests.conftest import FIXTURES, ROOT, free_port, require_binary
+from fleetscope_sim.harness import Daemon
+from tests.conftest import FIXTURES, ROOT, require_binary
 from tests.fixtures import make_fixtures as mk
 
 P5 = os.path.join(FIXTURES, "p5")
@@ -139,48 +139,18 @@ def _serve_command() -> list[str]:
 
 
 @pytest.mark.e2e
-def test_fleetscope_serve_exports_exact_counters_of_all_32_devices() -> None:
-    port = free_port()
-    command = [
-        *_serve_command(),
-        "serve",
-        "--path.sysfs",
-        os.path.join(P5, "sys"),
-        "--path.procfs",
-        os.path.join(P5, "proc"),
-        "--no-collector.gpu",
-        "--collector.efa.detail",
-        "all",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+def test_fleetscope_serve_exports_exact_counters_of_all_32_devices(tmp_path) -> None:
+    ready = tmp_path / "ready.json"
+    command = [*_serve_command(), "serve", "--path.sysfs", os.path.join(P5, "sys"), "--path.procfs",
+               os.path.join(P5, "proc"), "--no-collector.gpu", "--collector.efa.detail", "all",
+               "--web.listen-address", "127.0.0.1:0", "--web.ready-file", str(ready)]
+    daemon = Daemon(command, tmp_path / "serve.log", ready_file=ready)
     try:
-        deadline = time.monotonic() + 60
-        status = 0
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                status, _ = _get(base + "/readyz")
-            except OSError:
-                status = 0  # not listening yet
-            if status == 200:
-                break
-            time.sleep(0.1)
-        if status != 200:
-            process.kill()
-            output = process.communicate(timeout=10)[0]
-            pytest.fail(f"fleetscope serve never became ready (exit {process.returncode}):\n{output}")
-        status, text = _get(base + "/metrics")
+        daemon.start()
+        status, text = _get(daemon.url + "/metrics")
         assert status == 200
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        daemon.stop()
 
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value

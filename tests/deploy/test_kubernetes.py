@@ -313,13 +313,11 @@ def test_daemon_started_with_the_daemonset_arguments_passes_its_probes(
 ) -> None:
     """On a node without GPUs or EFA (an empty host tree) the pod still goes live and ready."""
     import os
-    import subprocess
     import sys
-    import time
 
     import httpx
 
-    from tests.conftest import free_port
+    from fleetscope_sim.harness import Daemon
 
     objects = rendered["kube-prometheus-stack"]
     main = container(objects)
@@ -327,34 +325,21 @@ def test_daemon_started_with_the_daemonset_arguments_passes_its_probes(
     (tmp_path / "config.yaml").write_text(configmap["data"]["config.yaml"])
     for host_dir in ("sys", "proc"):
         (tmp_path / "host" / host_dir).mkdir(parents=True)
-    port = free_port()
     args = [
         a.replace("/etc/fleetscope/config.yaml", str(tmp_path / "config.yaml"))
         .replace("=/host/", f"={tmp_path}/host/")
-        .replace("=:9402", f"=127.0.0.1:{port}")
+        .replace("=:9402", "=127.0.0.1:0")
         for a in main["args"]
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
-    daemon = subprocess.Popen([sys.executable, "-m", "fleetscope", *args], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ready = tmp_path / "ready.json"
+    daemon = Daemon([sys.executable, "-m", "fleetscope", *args, f"--web.ready-file={ready}"], tmp_path / "daemon.log",
+                    env={k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}, ready_file=ready)
     try:
-        statuses: dict[str, int] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and statuses != {"/healthz": 200, "/readyz": 200}:
-            assert daemon.poll() is None, f"daemon exited: {daemon.stderr.read() if daemon.stderr else ''}"
-            for probe in (main["livenessProbe"], main["readinessProbe"]):
-                path = probe["httpGet"]["path"]
-                try:
-                    statuses[path] = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code
-                except httpx.HTTPError:
-                    statuses[path] = 0
-            time.sleep(0.2)
-        assert statuses == {"/healthz": 200, "/readyz": 200}
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        daemon.start()
+        probes = [probe["httpGet"]["path"] for probe in (main["livenessProbe"], main["readinessProbe"])]
+        assert sorted(probes) == ["/healthz", "/readyz"]
+        assert all(httpx.get(daemon.url + path, timeout=30).status_code == 200 for path in probes)
+        metrics = httpx.get(daemon.url + "/metrics", timeout=30).text
         assert "fleetscope_build_info" in metrics
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        daemon.stop()
