@@ -5,7 +5,9 @@
 #
 # slurm.conf:  TaskProlog=/opt/fleetscope/slurm/task-prolog.sh
 
-port="${FLEETSCOPE_PORT:-9402}"
+# The daemon's push listener: push.listen-address in /etc/fleetscope/config.yaml, on loopback (a
+# rank reports to the daemon of the node it runs on).
+port="${FLEETSCOPE_PORT:-9403}"
 if [ -z "${FLEETSCOPE_PUSH_URL:-}" ]; then
     echo "export FLEETSCOPE_PUSH_URL=http://127.0.0.1:${port}"
 fi

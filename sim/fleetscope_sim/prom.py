@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fleetscope.push.textformat import RESERVED_NAMES_REGEX
 from fleetscope_sim.cluster import ClusterSpec
 from fleetscope_sim.harness import Alertmanager, Prometheus
 
@@ -41,6 +42,10 @@ def prometheus_config(
                 {"targets": [(addresses or {}).get(node.name, f"{cluster.host}:{node.port}")],
                  "labels": {"instance": node.name, "instance_type": node.profile.instance_type}}
                 for node in cluster.nodes
+            ],
+            # The names a push could forge, dropped at the scrape as the shipped configs do (issue 35).
+            "metric_relabel_configs": [
+                {"source_labels": ["__name__"], "regex": RESERVED_NAMES_REGEX, "action": "drop"},
             ],
         }],
     }

@@ -223,3 +223,44 @@ def test_prometheus_examples_cover_static_ec2_and_amp() -> None:
     for name, config in configs.items():
         jobs = {job["job_name"] for job in config["scrape_configs"]}
         assert "fleetscope" in jobs, f"{name}: the rules select job=\"fleetscope\""
+
+
+def _fleetscope_jobs(path: Path) -> list[dict[str, Any]]:
+    config = yaml.safe_load(path.read_text())
+    return [job for job in config.get("scrape_configs", []) if job["job_name"] == "fleetscope"]
+
+
+@pytest.mark.parametrize("path", [*PROMETHEUS_EXAMPLES, REPO / "deploy" / "compose" / "prometheus.yml"],
+                         ids=lambda p: p.name)
+def test_every_shipped_scrape_drops_the_names_a_push_could_forge(path: Path) -> None:
+    """Defence in depth beside the push API's refusal (#35 items 1 and 2)."""
+    from fleetscope.push.textformat import RESERVED_NAMES_REGEX
+    jobs = _fleetscope_jobs(path)
+    assert jobs
+    for job in jobs:
+        assert {"source_labels": ["__name__"], "regex": RESERVED_NAMES_REGEX, "action": "drop"} in job.get(
+            "metric_relabel_configs", []), path
+
+
+def test_the_kubernetes_monitors_and_the_simulators_prometheus_drop_them_too() -> None:
+    from fleetscope.push.textformat import RESERVED_NAMES_REGEX
+    from fleetscope_sim.cluster import make_cluster
+    from fleetscope_sim.prom import prometheus_config
+    monitor = yaml.safe_load((REPO / "deploy" / "kubernetes" / "components" / "prometheus-operator" /
+                              "servicemonitor.yaml").read_text())
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert {"sourceLabels": ["__name__"], "regex": RESERVED_NAMES_REGEX, "action": "drop"} in endpoint[
+        "metricRelabelings"]
+    [job] = prometheus_config(make_cluster(nodes=2), [])["scrape_configs"]
+    assert {"source_labels": ["__name__"], "regex": RESERVED_NAMES_REGEX, "action": "drop"} in job[
+        "metric_relabel_configs"]
+
+
+def test_the_drop_regex_is_what_the_push_api_refuses() -> None:
+    from fleetscope.push.textformat import RESERVED_NAMES_REGEX, reserved
+    names = ["ALERTS", "ALERTS_FOR_STATE", "up", "scrape_duration_seconds", "a:b", "training_job:x:hung",
+             "upx", "alerts", "my_up", "node_scrape_x", "fleetscope_training_steps_total", "m"]
+    dropped = {name for name in names if re.fullmatch(RESERVED_NAMES_REGEX, name)}
+    refused = {name for name in names if reserved(name)}
+    assert dropped == refused - {"fleetscope_training_steps_total"}  # the node's own series are scraped
+    assert dropped == {"ALERTS", "ALERTS_FOR_STATE", "up", "scrape_duration_seconds", "a:b", "training_job:x:hung"}

@@ -213,7 +213,9 @@ def test_task_prolog_points_tasks_at_the_local_daemon(tmp_path: Path) -> None:
         return subprocess.run(["bash", str(SLURM / "task-prolog.sh")], env={"PATH": os.environ["PATH"], **env},
                               capture_output=True, text=True, timeout=30, check=True).stdout
 
-    port = load(environ={}).web.listen_address.rpartition(":")[2]
+    shipped = load(environ={}, yaml_path=str(SLURM.parent / "systemd" / "config.yaml"))
+    host, _, port = shipped.push.listen_address.rpartition(":")
+    assert host == "127.0.0.1"  # pushes on loopback only (#35): the ranks are local
     assert run() == f"export FLEETSCOPE_PUSH_URL=http://127.0.0.1:{port}\n"
     assert run(FLEETSCOPE_PUSH_URL="http://10.0.0.5:9402") == ""
 

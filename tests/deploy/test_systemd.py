@@ -85,6 +85,13 @@ def test_shipped_daemon_configs_are_accepted(path: Path) -> None:
     assert config.web.listen_address.endswith(":9402")
 
 
+def test_the_slurm_push_listener_is_loopback_only() -> None:
+    """On Slurm the ranks are local: nothing on the network may push (#35)."""
+    config = load(environ={}, yaml_path=str(SYSTEMD / "config.yaml"))
+    assert config.push.listen_address.startswith("127.0.0.1:")
+    assert config.push.listen_address != config.web.listen_address
+
+
 def test_tmpfiles_recreates_the_jobs_dir_the_daemon_reads() -> None:
     lines = [line.split() for line in (SYSTEMD / "fleetscope.tmpfiles.conf").read_text().splitlines()
              if line.strip() and not line.startswith("#")]

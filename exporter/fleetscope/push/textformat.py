@@ -51,6 +51,9 @@ OWNED_SUFFIXES = {
 # would forge or blind them (#35 items 1 and 2). Names with a colon are recording rules' by convention,
 # and the text format keeps them (so does Prometheus 3's default negotiation).
 PROMETHEUS_NAMES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+# The same names as a Prometheus relabel regex (fully anchored), dropped by every scrape config deploy/ ships
+# (`metric_relabel_configs`, `metricRelabelings`): defence in depth. Not fleetscope_*: the node's own series are.
+RESERVED_NAMES_REGEX = "ALERTS|ALERTS_FOR_STATE|up|scrape_.*|.*:.*"
 
 
 def reserved(name: str) -> str:
