@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,23 +21,23 @@ from fleetscope.logs import RepeatFilter
 from fleetscope.serve.daemon import Daemon, build_daemon
 from fleetscope.serve.guard import EVICTION_GRACE
 from fleetscope.serve.listeners import MAX_BACKLOG, MIN_BACKLOG, RESERVED_FDS, ListenerLimits, fit_to_open_files
-from tests.conftest import free_port, wait_listening
+from fleetscope_sim.harness import eventually
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., str]]:
-    """Start a real daemon with ``settings``; returns its base URL."""
+def serve(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start a real daemon with ``settings`` on a port the kernel chooses; returns its base URL."""
     started: list[tuple[Daemon, threading.Thread]] = []
 
     def start(**settings: str) -> str:
-        port = free_port()
-        config = load({"web.listen-address": f"127.0.0.1:{port}", **settings}, environ={})
+        ready = tmp_path / f"ready-{len(started)}.json"
+        config = load({"web.listen-address": "127.0.0.1:0", "web.ready-file": str(ready), **settings}, environ={})
         daemon = build_daemon(config, collectors={"http": HttpCollector(config), "steps": StepsCollector(config)})
         thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
         thread.start()
         started.append((daemon, thread))
-        base = wait_listening(port)
-        return base
+        bound = eventually(lambda: ready.exists() and json.loads(ready.read_text()), 60, "the daemon to listen")
+        return f"http://{bound['main']}"
 
     yield start
     for daemon, thread in started:
@@ -78,10 +80,8 @@ def test_client_that_never_finishes_its_headers_gets_408(daemon) -> None:
     for opening in (b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"):  # silent, or headers never ended
         sock = connect(base)
         sock.sendall(opening)
-        started = time.monotonic()
-        reply = answer(sock)
+        reply = answer(sock)  # no byte more is sent: the 408 is the server giving up on its own
         assert reply.startswith(b"HTTP/1.1 408 ") and b"web.read-header-timeout=1s" in reply
-        assert time.monotonic() - started < 6
     assert dropped(base, "read_header_timeout") == 2
 
 
@@ -90,10 +90,8 @@ def test_slow_body_is_cut_at_the_read_timeout(daemon) -> None:
     sock = connect(base)
     sock.sendall(b"POST /api/v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 1000\r\n\r\n[")
-    started = time.monotonic()
-    reply = answer(sock)  # no byte more is sent: the server must give up on its own
+    reply = answer(sock)  # no byte more is sent: the 408 is the server giving up on its own
     assert reply.startswith(b"HTTP/1.1 408 ") and b"web.read-timeout=2s" in reply
-    assert time.monotonic() - started < 8
     assert dropped(base, "read_timeout") == 1
     metrics = httpx.get(base + "/metrics", timeout=10).text
     assert 'fleetscope_push_rejected_total{reason="incomplete"} 1.0' in metrics

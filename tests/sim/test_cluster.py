@@ -75,8 +75,9 @@ def test_nodes_serve_moving_metrics_and_pushed_steps(scratch):
     both = third["fleetscope_training_last_step"] + p4d_after["fleetscope_training_last_step"]
     last = {s.labels["rank"]: s.value for s in both}
     survivors = {step for rank, step in last.items() if rank != "13"}
-    # The dead rank's last report may have died with it, still in its client's buffer.
-    assert len(last) == 16 and len(survivors) == 1 and last["13"] in (min(survivors), min(survivors) - 1), last
+    # The survivors stop together, where the dead rank stopped; its last reports may have died with it, still
+    # in its client's buffer (more than one flush interval of them on a loaded machine: 17 against 19 once).
+    assert len(last) == 16 and len(survivors) == 1 and last["13"] <= min(survivors), last
     # Where they are now: the survivors wait in the collective; rank 13's process left node-01's procfs.
     waiting = {s.labels["rank"] for s in third["fleetscope_training_phase"] if s.labels["phase"] == "comm" and s.value}
     assert waiting == {str(r) for r in range(8)}
