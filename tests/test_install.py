@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from collections.abc import Sequence
@@ -136,6 +137,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_wheel_and_sdist_pass_twine_check(installed: Installed) -> None:
     assert installed.wheel.name == f"fleetscope-{__version__}-py3-none-any.whl"
     assert installed.twine_output.count("PASSED") == 2, installed.twine_output
+
+
+def test_the_license_ships_in_the_wheel_and_the_sdist(installed: Installed) -> None:
+    """Apache-2.0, the full text, as the repository carries it: in the wheel's dist-info and the sdist's root."""
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        assert wheel.read(f"fleetscope-{__version__}.dist-info/licenses/LICENSE").decode() == text
+        metadata = wheel.read(f"fleetscope-{__version__}.dist-info/METADATA").decode().splitlines()
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+    with tarfile.open(installed.sdist) as sdist:
+        member = sdist.extractfile(f"fleetscope-{__version__}/LICENSE")
+        assert member is not None and member.read().decode() == text
 
 
 def test_no_extra_is_installed(installed: Installed) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fleetscope import __version__
 from fleetscope.check.run import MESSAGE_LIMIT
 from fleetscope.check.verdicts import CONDITIONS
 from fleetscope.cli import build_parser, config_from_args, main
@@ -107,7 +108,7 @@ def test_overlay_runs_npd_and_the_verdict_writer_beside_the_daemon(
     by_name = containers(rendered)
     assert set(by_name) == {"fleetscope", "verdicts", "npd"}
     daemon, writer, npd = by_name["fleetscope"], by_name["verdicts"], by_name["npd"]
-    assert writer["image"] == daemon["image"] and writer["image"].startswith("ghcr.io/fleetscope/fleetscope:")
+    assert writer["image"] == daemon["image"] and writer["image"] == f"localhost/fleetscope:{__version__}"
     assert npd["image"].startswith("registry.k8s.io/node-problem-detector/node-problem-detector:v")
 
     # The writer's command line is fleetscope's own, and its settings load.
