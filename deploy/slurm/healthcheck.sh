@@ -84,6 +84,8 @@ case "$status" in
             : # drained by us on an earlier run; keep the original reason and its timestamp
         else
             new_reason="$REASON_PREFIX $problems"
+            # No control character reaches scontrol or sinfo (check's lines carry none; this holds anyway).
+            new_reason="${new_reason//[[:cntrl:]]/ }"
             new_reason="${new_reason:0:$REASON_MAX}"
             scontrol update NodeName="$node" State=DRAIN Reason="$new_reason" || log "drain failed"
         fi

@@ -126,6 +126,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         message = f"configuration error: {exc}"
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
+    from fleetscope.collectors.protocol import one_line
+
+    message = one_line(message)
     if args.condition:  # the one line node-problem-detector shows
         print(f"could not tell: {message}"[:80])
     print(f"fleetscope check: could not tell: {message}", file=sys.stderr)

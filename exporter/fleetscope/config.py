@@ -340,6 +340,23 @@ class CheckConfig:
         "check.prometheus-timeout", 2.0, parse_seconds,
         "Longest check waits for Prometheus in all; no answer by then is \"could not tell\", never unhealthy.",
     )
+    prometheus_ca_file: str = setting(
+        "check.prometheus-ca-file", "", parse_str,
+        "PEM file of the certificate authorities an https check.prometheus-url is verified with (empty: the "
+        "system's).",
+    )
+    prometheus_bearer_token_file: str = setting(
+        "check.prometheus-bearer-token-file", "", parse_str,
+        "File holding a bearer token check sends to Prometheus (read at each check, so a rotated token is used).",
+    )
+    prometheus_username: str = setting(
+        "check.prometheus-username", "", parse_str,
+        "User name for basic auth towards Prometheus (with check.prometheus-password-file).",
+    )
+    prometheus_password_file: str = setting(
+        "check.prometheus-password-file", "", parse_str,
+        "File holding the basic auth password towards Prometheus (read at each check).",
+    )
     instance: str = setting(
         "check.instance", "", parse_str,
         "This node's `instance` label in Prometheus (empty: the short host name, as the shipped scrape configs "

@@ -187,3 +187,14 @@ def test_plugin_never_reports_a_stale_or_missing_verdict(tmp_path: Path) -> None
     (tmp_path / "training").write_text("7\nsomething odd\n")
     assert run_plugin(tmp_path, "training") == (2, "something odd\n")
     assert run_plugin(tmp_path, "../gpu")[0] == 2
+
+
+def test_plugin_does_not_serve_a_verdict_dated_in_the_future(tmp_path: Path) -> None:
+    """A clock set back made a verdict file's age negative: it read as fresh for as long as the step (#35)."""
+    (tmp_path / "gpu").write_text("1\ngpu 3: lost\x1b[2J\n")
+    assert run_plugin(tmp_path, "gpu") == (1, "gpu 3: lost [2J\n")
+    ahead = time.time() + 3600
+    os.utime(tmp_path / "gpu", (ahead, ahead))
+    code, out = run_plugin(tmp_path, "gpu")
+    assert code == 2 and out.startswith("fleetscope verdict dated 3") and "in the future" in out
+    assert len(out) <= MESSAGE_LIMIT + 1

@@ -101,6 +101,13 @@ def test_long_reasons_are_cut(node: FakeNode) -> None:
     assert reason.startswith("fleetscope: gpu: gpu 0:") and len(reason) == 200
 
 
+def test_no_control_character_reaches_scontrol(node: FakeNode) -> None:
+    node.set_node("IDLE")
+    node.set_check(1, "UNHEALTHY gpu: gpu 3: fell\x1b[2J off\x07 the bus\r")
+    (call,) = node.run_healthcheck()
+    assert call == "update NodeName=gpu-st-1 State=DRAIN Reason=fleetscope: gpu: gpu 3: fell [2J off  the bus "
+
+
 def test_operator_drain_is_left_alone(node: FakeNode) -> None:
     node.set_node("IDLE+DRAIN", "replacing NIC [admin@2026-11-20T10:00:00]")
     node.set_check(1, UNHEALTHY)

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 from fleetscope.check.verdicts import CONDITIONS, Condition
 from fleetscope.collectors import REGISTRY
-from fleetscope.collectors.protocol import Closeable, Collector, Finding, HealthCheck, collector_class
+from fleetscope.collectors.protocol import Closeable, Collector, Finding, HealthCheck, collector_class, one_line
 from fleetscope.config import Config
 from fleetscope.errors import NoHardware
 
@@ -188,13 +188,19 @@ def _not_built(config: Config, conditions: Iterable[Condition], built: Mapping[s
 
 
 def _cross_node(config: Config, deadline: float, condition: Condition | None) -> list[Finding]:
+    """The Prometheus findings, or one "could not tell" about them: never an exception that would take the
+    node's own findings (an Xid 79 on its GPU) down with it."""
     if condition is None and not config.check.prometheus_url:
         return []
     if condition is not None and not condition.cross_node:
         return []
-    from fleetscope.check.prometheus import cross_node_findings
+    try:
+        from fleetscope.check.prometheus import cross_node_findings
 
-    return cross_node_findings(config.check, deadline)
+        return cross_node_findings(config.check, deadline)
+    except Exception as exc:
+        logger.debug("cross-node findings", exc_info=True)
+        return [Finding(CONDITIONS["training"].name, "unknown", "", one_line(f"{type(exc).__name__}: {exc}"))]
 
 
 # -- what a check says ----------------------------------------------------------------------------------
@@ -218,7 +224,7 @@ def summary(findings: list[Finding], code: int, limit: int = MESSAGE_LIMIT) -> s
     text = f"{about}: {first.message}" if about else first.message
     if code == EXIT_UNKNOWN:
         text = f"could not tell: {text}"
-    text = " ".join(text.encode("ascii", "replace").decode().split())
+    text = one_line(text.encode("ascii", "replace").decode())
     more = f" (+{len(deciding) - 1} more)" if len(deciding) > 1 else ""
     if len(text) + len(more) > limit:
         text = text[: limit - len(more) - 3].rstrip() + "..."
@@ -231,32 +237,61 @@ def condition_findings(condition: Condition, findings: list[Finding]) -> list[Fi
     return [f for f in findings if f.collector in sources]
 
 
-def write_verdicts(directory: str, findings: list[Finding], conditions: Iterable[Condition]) -> None:
+def write_verdicts(directory: str, findings: list[Finding], conditions: Iterable[Condition]) -> list[str]:
     """One file per condition: its exit code, its one-line summary, then every finding, replaced atomically.
 
-    node-problem-detector's plugin (deploy/kubernetes/components/node-problem-detector) reads them.
+    node-problem-detector's plugin (deploy/kubernetes/components/node-problem-detector) reads them. Every
+    file that can be written is: one that cannot (a full disk, a directory in its place) is logged and
+    returned by name, and the others are still written.
     """
-    os.makedirs(directory, exist_ok=True)
+    failed = []
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        logger.error("cannot write verdicts into %s: %s", directory, exc)
+        return [c.name for c in conditions]
     for condition in conditions:
         own = condition_findings(condition, findings)
         code = verdict(own)
         text = "\n".join([str(code), summary(own, code), *(f.line() for f in own)]) + "\n"
-        handle, temporary = tempfile.mkstemp(prefix=f".{condition.name}.", dir=directory)
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, os.path.join(directory, condition.name))
-        except BaseException:
-            os.unlink(temporary)
-            raise
+            _replace(os.path.join(directory, condition.name), text)
+        except OSError as exc:
+            logger.error("cannot write the %s verdict into %s: %s", condition.name, directory, exc)
+            failed.append(condition.name)
+    return failed
+
+
+def _replace(path: str, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _round(config: Config, checker: Checker, missing: list[Finding], directory: str,
+           conditions: list[Condition], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    checker.start()
+    cross = _cross_node(config, deadline, CONDITIONS["training"])
+    findings = missing + checker.finish(deadline, timeout) + cross
+    write_verdicts(directory, findings, conditions)
+    if checker.busy:
+        logger.warning("collectors still in their health check: %s", ", ".join(sorted(checker.busy)))
 
 
 def watch(config: Config, directory: str, every: float, timeout: float, rounds: int | None = None) -> None:
     """Write the verdict files every ``every`` seconds (``rounds`` times, or for ever), collectors built once.
 
     A round lasts at most ``timeout``; a collector stuck in a call from an earlier round stays "could not
-    tell" until the call returns, without a new thread each round.
+    tell" until the call returns, without a new thread each round. With ``rounds=None`` no round ends the
+    loop, whatever it meets (the sidecar must not crash-loop): a round that fails is logged, and the next
+    one comes ``every`` seconds later.
     """
     conditions = list(CONDITIONS.values())
     checker = Checker(build_collectors(config, [n for c in conditions for n in c.collectors]))
@@ -264,13 +299,12 @@ def watch(config: Config, directory: str, every: float, timeout: float, rounds: 
     done = 0
     while rounds is None or done < rounds:
         started = time.monotonic()
-        deadline = started + timeout
-        checker.start()
-        cross = _cross_node(config, deadline, CONDITIONS["training"])
-        findings = missing + checker.finish(deadline, timeout) + cross
-        write_verdicts(directory, findings, conditions)
-        if checker.busy:
-            logger.warning("collectors still in their health check: %s", ", ".join(sorted(checker.busy)))
+        try:
+            _round(config, checker, missing, directory, conditions, timeout)
+        except Exception:
+            if rounds is not None:
+                raise
+            logger.exception("verdict round failed; the next one in %gs", every)
         done += 1
         if rounds is None or done < rounds:
             time.sleep(max(0.0, every - (time.monotonic() - started)))

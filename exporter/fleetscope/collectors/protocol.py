@@ -38,8 +38,19 @@ class Finding:
     message: str
 
     def line(self) -> str:
-        about = f"{self.subject}: " if self.subject else ""
-        return f"{self.severity.upper()} {self.collector}: {about}{self.message}"
+        """``UNHEALTHY gpu: gpu 3: ...``: one line, whatever a label value or a log record put in the message."""
+        about = f"{one_line(self.subject)}: " if self.subject else ""
+        return f"{self.severity.upper()} {self.collector}: {about}{one_line(self.message)}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks, other control characters, Unicode
+    line separators and direction overrides) as a space, and runs of spaces as one.
+
+    A finding's text reaches ``check``'s output, the verdict files, a node condition and Slurm's drain reason,
+    all read line by line: a newline in a pushed job name or a log record must not add a line of its own.
+    """
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 @runtime_checkable
