@@ -202,3 +202,9 @@ def test_every_variable_the_client_reads_or_sets_is_a_setting_or_left_to_the_cli
     assert "FLEETSCOPE_RANK_PROCESS" in used
     assert used - settings <= CLIENT_ENV, used - settings - CLIENT_ENV
     load(environ=dict.fromkeys(CLIENT_ENV, "1:0:job"))  # no "unknown setting"
+
+
+def test_the_median_window_has_an_upper_bound() -> None:
+    assert load(flags={"push.median-window": "1024"}, environ={}).push.median_window == 1024
+    with pytest.raises(ConfigError, match=r"push\.median-window"):
+        load(flags={"push.median-window": str(10**9)}, environ={})

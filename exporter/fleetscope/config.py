@@ -68,6 +68,16 @@ def parse_count(value: Any) -> int:
     return number
 
 
+MAX_MEDIAN_WINDOW = 1024
+
+
+def parse_bounded_count(value: Any, most: int) -> int:
+    number = parse_count(value)
+    if number > most:
+        raise ValueError(f"must be <= {most}, got {number}")
+    return number
+
+
 def parse_seconds(value: Any) -> float:
     """Seconds as a number, or with a Prometheus-style suffix (500ms, 15s, 5m, 1h)."""
     if isinstance(value, bool):
@@ -278,7 +288,10 @@ class PushConfig:
     rank_ttl: float = setting(
         "push.rank-ttl", 3600.0, parse_seconds, "Drop a rank's series after this long without pushes."
     )
-    median_window: int = setting("push.median-window", 32, parse_count, "Steps in each rank's rolling median.")
+    median_window: int = setting(
+        "push.median-window", 32, lambda value: parse_bounded_count(value, MAX_MEDIAN_WINDOW),
+        f"Steps in each rank's rolling median (at most {MAX_MEDIAN_WINDOW}: each push copies a rank's windows).",
+    )
     group_ttl: float = setting(
         "push.group-ttl", 900.0, parse_seconds, "Drop a Pushgateway-style group after this long."
     )

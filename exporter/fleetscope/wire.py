@@ -40,6 +40,7 @@ class Role(enum.Enum):
     INFO = "info"  # placement exposed on the rank's _info series
     PROCESS = "process"  # identifies the pushing process, for the daemon to watch
     SESSION = "session"  # with the process, identifies one run of the rank's reporting (a restart is a new one)
+    LEASE = "lease"  # the secret that makes a live rank's reports its own process's: checked, never kept as a fact
     NUMBER = "number"  # the step number: the newest is kept
     TIME = "time"  # when the step completed: the newest is kept
     DURATION = "duration"  # seconds: summed, and a rolling median over the last steps
@@ -85,6 +86,10 @@ RANK_FIELDS: tuple[Field, ...] = (
     Field("session", Role.SESSION, "int",
           "Random id of the reporting tracker: with pid and start_time, tells a restarted rank from the old one "
           "(also when one process hosts several, as a simulator does).", minimum=0, below=1 << 63),
+    Field("lease", Role.LEASE, "str",
+          "Random secret of the rank's reporting process (the client makes one per process, job and rank): while "
+          "that process lives, the daemon refuses (409) steps, phases and job ends for the rank without it.",
+          min_length=16, max_length=MAX_ID_LENGTH),
 )
 
 # One completed step.

@@ -48,7 +48,8 @@ def test_arguments_win_and_defaults_fill_in() -> None:
     assert detect(job="mine", rank=2, environ=env).rank == 2
     assert detect(environ=env).job == "from-env"
     bare = detect(environ={"TORCHELASTIC_RUN_ID": "none"})
-    assert (bare.job, bare.rank, bare.local_rank, bare.world_size) == ("unknown", 0, None, None)
+    assert (bare.rank, bare.local_rank, bare.world_size) == (0, None, None)
+    assert bare.job != "unknown" and str(os.getpid()) in bare.job  # a job of its own (#35 item 5)
 
 
 def test_push_url() -> None:
@@ -114,3 +115,27 @@ def test_a_process_below_the_ranks_own_is_told_apart(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(RANK_PROCESS_VAR, raising=False)
     claim_rank("job:a", 3)
     assert os.environ[RANK_PROCESS_VAR] == f"{os.getpid()}:3:job:a"  # what the processes it starts inherit
+
+
+def test_plain_torchrun_jobs_without_an_id_never_share_one() -> None:
+    """Two torchrun jobs with no job id reported as training_job="unknown" and merged (#35 item 5)."""
+    def job(rank: int, port: str) -> str:
+        return detect(environ={"TORCHELASTIC_RUN_ID": "none", "RANK": str(rank), "MASTER_ADDR": "10.0.0.7",
+                               "MASTER_PORT": port}).job
+    assert job(0, "29500") == job(7, "29500")  # every rank of one job
+    assert job(0, "29500") != job(0, "29501")  # two jobs at once cannot share a rendezvous port
+    assert "unknown" not in {job(0, "29500"), job(0, "29501")}
+
+
+def test_a_job_id_the_daemon_would_refuse_is_said_once_at_construction(caplog) -> None:
+    import logging
+
+    from fleetscope.client import StepTracker
+    with caplog.at_level(logging.ERROR, logger="fleetscope"):
+        tracker = StepTracker(job="j" * 129, rank=0, url="http://127.0.0.1:9", environ={}, flush_interval=0.01)
+        with tracker.step():
+            pass
+        tracker.close(timeout=0.5)
+    assert tracker.stats().error == "the job id is 129 characters; it must be 1 to 128"
+    assert [r.getMessage() for r in caplog.records if "job id" in r.getMessage()] == [
+        "fleetscope: the job id is 129 characters; it must be 1 to 128; this tracker sends nothing"]

@@ -249,3 +249,38 @@ def test_close_gives_a_daemon_never_reached_one_attempt() -> None:
         sender.close(10)
     stats = sender.stats()
     assert (stats.pending, stats.failures) == (1, 1), stats  # one refused connection, not ten seconds of retries
+
+
+def test_a_daemon_that_trickles_its_answer_cannot_hold_delivery(tmp_path) -> None:
+    """The socket timeout bounds each read; one deadline bounds the whole exchange (#35, minor)."""
+    import socket as socket_module
+    import threading as threading_module
+
+    from fleetscope.client.sender import Sender
+    server = socket_module.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    stop = threading_module.Event()
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+            if stop.wait(0.05):
+                break
+            try:
+                conn.send(bytes([byte]))
+            except OSError:
+                break
+        conn.close()
+
+    thread = threading_module.Thread(target=trickle, daemon=True)
+    thread.start()
+    sender = Sender(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=0.5)
+    try:
+        assert sender._deliver([{"job": "j", "rank": 0, "step": 1, "step_seconds": 1.0}], None) is None  # retry
+    finally:
+        stop.set()
+        sender.abandon()
+        server.close()
+        thread.join(5)

@@ -352,3 +352,89 @@ def test_ranks_expire_on_the_monotonic_clock() -> None:
     clock.now += 61  # time that passed, whatever the wall clock says
     assert store.view().ranks == ()
     assert store.view().expired == {"rank": 1}
+
+
+# -- ranks belong to their process (#35 item 5) -------------------------------------------------------------
+
+LEASE = "a" * 32
+OTHER = "b" * 32
+PROCESS = {"pid": 4242, "start_time": 77, "session": 1}
+
+
+def leased(*steps: dict[str, Any], lease: str | None = LEASE, position: dict[str, Any] | None = None,
+           **fields: Any) -> RankReport:
+    return RankReport("j", 0, {**PROCESS, **fields}, list(steps), position, lease)
+
+
+def test_a_live_ranks_steps_phases_and_job_belong_to_its_process() -> None:
+    from fleetscope.push.store import LeaseHeld
+    living = {(4242, 77): True}
+    store = StepStore(PushConfig(), alive=lambda pid, start: living.get((pid, start)))
+    store.ingest([leased(*(step(n, 0.1) for n in range(1, 51)))])
+    forged = [leased(*(step(n, 999.0) for n in range(51, 91)), lease=OTHER),  # 40 steps of 999 s
+              leased(step(51, 999.0), lease=None),
+              leased(lease=OTHER, position={"step": 51, "phase": "ended", "since": 1.0})]
+    for report_ in forged:
+        with pytest.raises(LeaseHeld):
+            store.ingest([report_])
+    with pytest.raises(LeaseHeld):
+        store.end_job("j")
+    with pytest.raises(LeaseHeld):
+        store.end_job("j", OTHER)
+    view = only(store)
+    assert view.values["steps"] == 50 and view.values["step_seconds_median"] == pytest.approx(0.1)
+    assert view.position is None and "lease" not in view.fields  # never kept as a fact, never exported
+    store.ingest([leased(step(51, 0.1))])  # its own process goes on
+    assert store.end_job("j", LEASE) == 1  # and a rank of the job may end it
+
+
+def test_a_lease_lapses_when_its_process_ends_says_goodbye_or_cannot_be_seen_for_a_while() -> None:
+    from fleetscope.push.store import LEASE_IDLE, LeaseHeld
+    clock = FakeClock()
+    living: dict[tuple[int, int], bool | None] = {(4242, 77): True}
+    store = StepStore(PushConfig(), clock, alive=lambda pid, start: living.get((pid, start)))
+    store.ingest([leased(step(1))])
+    living[(4242, 77)] = False  # the process died: a restart of the rank takes over
+    store.ingest([RankReport("j", 0, {"pid": 5000, "start_time": 90, "session": 2}, [step(1)], None, OTHER)])
+    living[(5000, 90)] = None  # a process this daemon cannot see: its lease holds while it reports
+    with pytest.raises(LeaseHeld):
+        store.ingest([leased(step(2))])
+    clock.now += LEASE_IDLE + 1
+    store.ingest([leased(step(2))])
+    store.ingest([leased(position={"step": 3, "phase": "ended", "since": 1.0})])  # goodbye: the lease goes
+    store.ingest([leased(step(3), lease=OTHER, pid=6000)])
+    assert only(store).values["steps"] == 4  # each process's steps once
+
+
+def test_a_refused_push_changes_nothing_so_its_retry_counts_once() -> None:
+    """A push that fails half-way (one rank refused, or an error applying it) stores nothing of it."""
+    from fleetscope.push.store import LeaseHeld
+    store = StepStore(PushConfig(), alive=lambda pid, start: True)
+    store.ingest([RankReport("j", 1, PROCESS, [step(1)], None, OTHER)])
+    batch = [leased(step(1), step(2)), RankReport("j", 1, PROCESS, [step(2)], None, LEASE)]
+    with pytest.raises(LeaseHeld):
+        store.ingest(batch)
+    assert [r.values["steps"] for r in store.view().ranks] == [1]  # rank 0 not created, rank 1 unchanged
+    store.ingest([leased(step(1), step(2))])
+    assert only(store).values["steps"] == 2
+
+
+def test_an_error_half_way_through_a_push_leaves_the_store_as_it_was(monkeypatch) -> None:
+    store = StepStore(PushConfig())
+    store.ingest([leased(step(1))])
+    real = StepStore._add_step_locked
+    calls = []
+
+    def fails_on_the_third(state: Any, step_: Any, now: Any) -> int:
+        calls.append(step_)
+        if len(calls) == 3:
+            raise RuntimeError("half-way")
+        return real(state, step_, now)
+
+    monkeypatch.setattr(StepStore, "_add_step_locked", staticmethod(fails_on_the_third))
+    with pytest.raises(RuntimeError):
+        store.ingest([leased(step(2), step(3), step(4))])
+    monkeypatch.setattr(StepStore, "_add_step_locked", staticmethod(real))
+    assert only(store).values["steps"] == 1
+    store.ingest([leased(step(2), step(3), step(4))])  # the retry
+    assert only(store).values["steps"] == 4

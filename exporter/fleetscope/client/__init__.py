@@ -44,8 +44,14 @@ Environment:
   error retrying cannot fix: logged once at error, in ``tracker.stats().error``,
   the records counted as rejected.
 * ``FLEETSCOPE_JOB``: job id; otherwise ``SLURM_JOB_ID``, then torchrun's
-  ``TORCHELASTIC_RUN_ID``. Ranks: ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``
+  ``TORCHELASTIC_RUN_ID``, then ``torchrun-<MASTER_ADDR>-<MASTER_PORT>`` (the same on
+  every rank, never two running jobs'), else ``<host>-<pid>-<start time>``. An id the
+  daemon would refuse (over 128 characters, a control character) is said once, at
+  construction, in ``tracker.stats().error``, and nothing is sent. Ranks: ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``
   (torchrun), else ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``.
+
+Each process sends a random lease with its reports: while it lives, the daemon
+refuses steps, phases and job ends for its rank from any other process (409).
 
 Delivery never blocks or raises into the loop: records go to a bounded buffer
 (oldest dropped and counted when full) drained by a background thread that

@@ -14,17 +14,21 @@ the process can know). See :func:`node_gpu`.
 from __future__ import annotations
 
 import os
+import re
+import secrets
+import socket
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetscope.wire import process_start_time
+from fleetscope.wire import MAX_ID_LENGTH, process_start_time
 
 DEFAULT_URL = "http://127.0.0.1:9402"
 # Set by the process that reports for a rank; inherited by the processes it starts (DataLoader workers).
 RANK_PROCESS_VAR = "FLEETSCOPE_RANK_PROCESS"
 __all__ = [
-    "DEFAULT_URL", "RANK_PROCESS_VAR", "Placement", "claim_rank", "detect", "node_gpu", "process_start_time",
-    "push_url", "rank_reported_above",
+    "DEFAULT_URL", "RANK_PROCESS_VAR", "Placement", "claim_rank", "detect", "fallback_job", "job_id_problem",
+    "node_gpu", "process_start_time", "push_url", "rank_lease", "rank_reported_above",
 ]
 
 
@@ -59,7 +63,7 @@ def detect(
             env.get("FLEETSCOPE_JOB")
             or env.get("SLURM_JOB_ID")
             or (run_id if run_id and run_id != "none" else "")
-            or "unknown"
+            or fallback_job(env)
         )
     if rank is None:
         rank = _int(env, "RANK", "SLURM_PROCID") or 0
@@ -68,6 +72,42 @@ def detect(
     if world_size is None:
         world_size = _int(env, "WORLD_SIZE", "SLURM_NTASKS")
     return Placement(job, rank, local_rank, world_size)
+
+
+def fallback_job(environ: Mapping[str, str]) -> str:
+    """A job id when nothing names the job: the same on every rank of one job, never one two jobs share.
+
+    Under torchrun without a rendezvous id every rank of a job meets at the same ``MASTER_ADDR:MASTER_PORT``,
+    which no two running jobs can share; a process started any other way is a job of its own (its host, pid
+    and start time). Before, both were ``unknown``, and two such jobs merged into one series (#35 item 5).
+    """
+    addr, port = environ.get("MASTER_ADDR", "").strip(), environ.get("MASTER_PORT", "").strip()
+    if addr and port:
+        return f"torchrun-{addr}-{port}"[:MAX_ID_LENGTH]
+    return f"{socket.gethostname()}-{os.getpid()}-{process_start_time()}"[:MAX_ID_LENGTH]
+
+
+def job_id_problem(job: str) -> str:
+    """Why the daemon would refuse this job id ("" when it would not)."""
+    if not job or len(job) > MAX_ID_LENGTH:
+        return f"the job id is {len(job)} characters; it must be 1 to {MAX_ID_LENGTH}"
+    if re.search(r"[\x00-\x1f\x7f-\x9f]", job):
+        return "the job id has a control character"
+    return ""
+
+
+_LEASES: dict[tuple[str, int], str] = {}
+_LEASES_LOCK = threading.Lock()
+
+
+def rank_lease(job: str, rank: int) -> str:
+    """This process's lease on ``(job, rank)``: a random secret, the same for every tracker of the process.
+
+    The daemon keeps the first lease a rank reports and, while that process lives, refuses steps, phases and
+    job ends for the rank without it (#35 item 5). Never printed, never exported.
+    """
+    with _LEASES_LOCK:
+        return _LEASES.setdefault((job, rank), secrets.token_hex(16))
 
 
 def push_url(url: str | None = None, environ: Mapping[str, str] | None = None) -> str:

@@ -22,11 +22,13 @@ daemon without that route (404: an older fleetscope) gets flat records on
 from __future__ import annotations
 
 import atexit
+import contextlib
 import http.client
 import json
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -326,6 +328,9 @@ class Sender:
         if status == 429 or status >= 500:
             self._warn(f"daemon answered {status}")
             return None
+        if status == 409:  # another process holds the rank's lease; it lapses when that process ends
+            self._warn(f"daemon answered 409: {detail[:200].decode('utf-8', 'replace')}")
+            return None
         if status in (401, 403):
             self._permanent(f"the daemon refused the push token ({status})", len(batch))
             return False
@@ -344,6 +349,11 @@ class Sender:
         for attempt in (1, 2):
             reused = self._connection is not None
             connection = self._connection or self._connect()
+            # One deadline over the whole exchange: the socket timeout bounds each read, so a daemon that
+            # trickles its answer a byte at a time would otherwise hold delivery without end.
+            deadline = threading.Timer(self.timeout, _cut, (connection,))
+            deadline.daemon = True
+            deadline.start()
             try:
                 connection.request("POST", path, body=body, headers=headers)
                 response = connection.getresponse()
@@ -356,6 +366,8 @@ class Sender:
             except Exception:
                 self._disconnect()
                 raise
+            finally:
+                deadline.cancel()
             if response.will_close:
                 self._disconnect()
             return response.status, data
@@ -387,6 +399,14 @@ class Sender:
             )
         else:
             logger.debug("fleetscope: push to %s failed: %s", self.url, message)
+
+
+def _cut(connection: http.client.HTTPConnection) -> None:
+    """End an exchange that outlived its deadline: the blocked read returns at once and raises."""
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _register_cleanup(sender: Sender) -> None:

@@ -42,7 +42,16 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from fleetscope.client.placement import claim_rank, detect, node_gpu, process_start_time, push_url, rank_reported_above
+from fleetscope.client.placement import (
+    claim_rank,
+    detect,
+    job_id_problem,
+    node_gpu,
+    process_start_time,
+    push_url,
+    rank_lease,
+    rank_reported_above,
+)
 from fleetscope.client.sender import Sender, SenderStats
 from fleetscope.client.timeline import FETCH, PHASES, Mark, Timeline
 
@@ -224,6 +233,7 @@ class StepTracker:
             ("pid", os.getpid()),
             ("start_time", process_start_time()),
             ("session", random.getrandbits(62)),
+            ("lease", rank_lease(placement.job, placement.rank)),
         ):
             if value is not None:
                 self._fields[key] = value
@@ -245,7 +255,12 @@ class StepTracker:
         # A process below the rank's own (a spawn or forkserver DataLoader worker importing the training script
         # again) must not speak for the rank: no reports, no goodbye.
         self.reporting_process = rank_reported_above(placement.job, placement.rank)
-        if self.reporting_process is not None:
+        problem = job_id_problem(placement.job)
+        if problem:  # the daemon would refuse every push: say so once, here, and send nothing
+            logger.error("fleetscope: %s; this tracker sends nothing", problem)
+            self.sender.error = problem
+            self.sender.silence()
+        elif self.reporting_process is not None:
             logger.info("fleetscope: process %d is below process %d, which reports for rank %d of %s (a DataLoader "
                         "worker?): this tracker stays silent", os.getpid(), self.reporting_process, placement.rank,
                         placement.job)

@@ -127,7 +127,8 @@ class StepsCollector(Collector, HasRouters):
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.store = StepStore(config.push, self.clock)
+        # The store's own table: it asks from push threads, under its lock, while scrapes use self.processes.
+        self.store = StepStore(config.push, self.clock, alive=ProcessTable(config.path.procfs).alive)
         limits = GroupLimits(max_groups=config.push.max_groups, max_group_samples=config.push.max_group_samples,
                              max_samples=config.push.max_samples, ttl=config.push.group_ttl,
                              max_bytes=config.push.max_bytes)

@@ -39,9 +39,10 @@ from fleetscope.push.models import (
     reports_from_records,
     request_body_schema,
 )
-from fleetscope.push.store import LimitExceeded, StepStore
+from fleetscope.push.store import LeaseHeld, LimitExceeded, StepStore
 from fleetscope.push.textformat import GroupTooLarge, parse_exposition
 
+LEASE_HEADER = "fleetscope-lease"  # DELETE /api/v1/jobs/<job> from a rank of the job: its lease
 INLINE_BODY_BYTES = 64 * 1024  # below this, parsing on the event loop is cheaper than a thread hop
 LIMIT_RETRY_AFTER = 60  # seconds: limits free up as groups and ranks expire or jobs end
 BUSY_RETRY_AFTER = 1  # seconds: bodies in flight are stored within moments
@@ -190,6 +191,8 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
                 result = store.ingest(reports)
             except LimitExceeded as exc:
                 raise PushRefused(429, "limit", str(exc)) from None
+            except LeaseHeld as exc:
+                raise PushRefused(409, "lease", str(exc)) from None
             return PushResult(accepted=result.accepted, duplicate=result.duplicate)
 
         return await _maybe_offload(len(body), store_body)
@@ -202,6 +205,8 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
     )
     push_responses: dict[int | str, dict[str, Any]] = {
         **ERROR_RESPONSES,
+        **_error(409, "rank 0 of job 'j' belongs to a live process, and this push does not carry its lease",
+                 "The rank's process is alive and holds its lease; nothing from this push was stored."),
         422: {"description": "A record is invalid; `detail` names each bad field."},
     }
 
@@ -237,14 +242,21 @@ def build_router(store: StepStore, groups: GroupStore, config: PushConfig) -> AP
         "/api/v1/jobs/{job}",
         response_model=JobEndResult,
         summary="End a job: drop the series of all its ranks at once.",
-        responses={401: ERROR_RESPONSES[401]},
+        description="Refused (409) while a rank of the job has a live process, unless the request carries the "
+                    "lease of one of the job's ranks in a `Fleetscope-Lease` header.",
+        responses={401: ERROR_RESPONSES[401], **_error(409, "rank 0 of job 'j' belongs to a live process, and this "
+                                                        "push does not carry its lease", "A live rank's lease.")},
     )
     def end_job(job: str, request: Request) -> Any:
         try:
             require_token(request)
+            try:
+                removed = store.end_job(job, request.headers.get(LEASE_HEADER))
+            except LeaseHeld as exc:
+                raise PushRefused(409, "lease", str(exc)) from None
         except PushRefused as exc:
             return refused(exc)
-        return JobEndResult(job=job, ranks_removed=store.end_job(job))
+        return JobEndResult(job=job, ranks_removed=removed)
 
     async def push_group(request: Request, grouping: str, replace_all: bool) -> Response:
         try:

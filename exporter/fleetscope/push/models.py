@@ -102,9 +102,11 @@ class RankReport:
     fields: Mapping[str, Any]  # placement and process fields the push states (None ones left out)
     steps: Sequence[Mapping[str, Any]]  # step fields, oldest first
     position: Mapping[str, Any] | None = None
+    lease: str | None = None  # the reporting process's secret (wire.Role.LEASE): checked, never stored as a fact
 
 
-_STATED = tuple(f.name for f in RANK_FIELDS if f.role is not Role.KEY)
+_STATED = tuple(f.name for f in RANK_FIELDS if f.role not in (Role.KEY, Role.LEASE))
+(_LEASE,) = wire.names(Role.LEASE, RANK_FIELDS)
 _STEP_NAMES = tuple(f.name for f in wire.STEP_FIELDS)
 
 
@@ -115,11 +117,15 @@ def _stated(values: Mapping[str, Any]) -> dict[str, Any]:
 def reports_from_records(records: Sequence[Mapping[str, Any]]) -> list[RankReport]:
     """Flat records grouped per rank, in order; a rank's fields are the newest each record states."""
     grouped: dict[tuple[str, int], tuple[dict[str, Any], list[Mapping[str, Any]]]] = {}
+    leases: dict[tuple[str, int], str] = {}
     for rec in records:
         stated, steps = grouped.setdefault((rec["job"], rec["rank"]), ({}, []))
         stated.update(_stated(rec))
         steps.append({name: rec[name] for name in _STEP_NAMES if rec.get(name) is not None})
-    return [RankReport(job, rank, stated, steps) for (job, rank), (stated, steps) in grouped.items()]
+        if rec.get(_LEASE) is not None:
+            leases[(rec["job"], rec["rank"])] = rec[_LEASE]
+    return [RankReport(job, rank, stated, steps, lease=leases.get((job, rank)))
+            for (job, rank), (stated, steps) in grouped.items()]
 
 
 class PushResult(BaseModel):
@@ -202,5 +208,6 @@ def parse_report(body: bytes) -> RankReport:
         raise _record_error(exc) from None
     _check_rank_in_world(values, "body")
     return RankReport(
-        values["job"], values["rank"], _stated(values), values.get("steps") or [], values.get("position")
+        values["job"], values["rank"], _stated(values), values.get("steps") or [], values.get("position"),
+        values.get(_LEASE),
     )

@@ -9,6 +9,17 @@ What is kept of each field follows its :class:`~fleetscope.wire.Role`, and
 the values a scrape reads are keyed by :func:`fleetscope.wire.value_keys`,
 so no field name is written here.
 
+A rank belongs to its process (#35 item 5): a report may carry the reporting process's lease (a random
+secret the client makes); the first lease a rank reports is kept, and while that process lives
+(:class:`~fleetscope.push.process.ProcessTable` says so or, where the daemon cannot see it, it reported in
+the last :data:`LEASE_IDLE` seconds) and has not said ``ended``, a push for the rank without that lease,
+or ending its job, is refused whole (:class:`LeaseHeld`, 409). A daemon restart forgets the leases; the
+next report adopts the one it carries.
+
+Applying a push is atomic: every check (limits, leases) runs before anything changes, and each rank's new
+state is built on a copy and swapped in at the end, so a push that fails half-way changes nothing and its
+retry is not counted twice.
+
 Bad input is refused and counted, never fatal: within one process of a rank
 (same ``pid``, ``start_time`` and ``session``) a step at or below the last one is out of
 order; a completion time in the future or before the rank's previous one (a
@@ -28,8 +39,8 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleetscope import wire
@@ -39,6 +50,7 @@ from fleetscope.push.models import RankReport
 from fleetscope.wire import Role
 
 EXPIRE_EVERY = 1.0  # seconds between expiry sweeps on the push path
+LEASE_IDLE = 30.0  # seconds a lease holds after its last report when the daemon cannot see the process
 ENDED_TTL = 300.0  # an ended rank's series stay this long, so the last scrapes see its final counts
 CLOCK_SLACK = 5.0  # a completion time this far ahead of the daemon's clock is a wrong clock
 
@@ -53,6 +65,10 @@ _SESSION = _PROCESS + wire.names(Role.SESSION, wire.RANK_FIELDS)
 
 class LimitExceeded(Exception):
     """A push would track more jobs or ranks than configured; nothing was stored."""
+
+
+class LeaseHeld(Exception):
+    """A live rank's process holds its lease and this push does not carry it (HTTP 409); nothing was stored."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +124,15 @@ class _Rank:
     position: Position | None = None  # since: monotonic
     newest_stamp: float | None = None  # the latest completion time a step carried, as the rank stamped it
     ordered: bool = False  # steps of this process must go forward (it said which process it is)
+    lease: str | None = None  # the reporting process's secret, once it sent one
 
     def session(self) -> tuple[Any, ...]:
         return tuple(self.fields.get(name) for name in _SESSION)
+
+    def copy(self) -> _Rank:
+        """A copy to apply a push to (its windows at most push.median-window values each)."""
+        return replace(self, fields=dict(self.fields), totals=dict(self.totals), latest=dict(self.latest),
+                       recent={name: deque(values, maxlen=values.maxlen) for name, values in self.recent.items()})
 
 
 class Counter:
@@ -133,9 +155,12 @@ class Counter:
 class StepStore:
     """Per-rank step state with limits, rolling windows and expiry."""
 
-    def __init__(self, config: PushConfig, clock: Clock | None = None) -> None:
+    def __init__(self, config: PushConfig, clock: Clock | None = None,
+                 alive: Callable[[int, int], bool | None] | None = None) -> None:
+        """``alive(pid, start_time)``: is a lease holder's process running (None: cannot tell)."""
         self._config = config
         self._clock = clock or SystemClock()
+        self._alive = alive
         self._lock = threading.Lock()
         self._ranks: dict[tuple[str, int], _Rank] = {}
         self._jobs: dict[str, int] = {}  # job -> number of tracked ranks
@@ -158,15 +183,22 @@ class StepStore:
             if new_keys:
                 self._check_limits_locked(new_keys)
             for report in reports:
+                self._check_lease_locked((report.job, report.rank), report.lease, now.monotonic)
+            staged: dict[tuple[str, int], _Rank] = {}
+            for report in reports:
                 key = (report.job, report.rank)
-                state = self._ranks.get(key)
+                state = staged.get(key)
                 if state is None:
-                    state = self._ranks[key] = _Rank(window=self._config.median_window)
-                    self._jobs[report.job] = self._jobs.get(report.job, 0) + 1
+                    held = self._ranks.get(key)
+                    state = staged[key] = held.copy() if held is not None else _Rank(window=self._config.median_window)
                 stored, refused, fixed = self._apply_locked(state, report, now)
                 accepted += stored
                 duplicate += refused
                 clock_fixes += fixed
+            for key, state in staged.items():  # nothing above changed the store: now all of it at once
+                if key not in self._ranks:
+                    self._jobs[key[0]] = self._jobs.get(key[0], 0) + 1
+                self._ranks[key] = state
             self._records_total += accepted
         self.rejected.inc("duplicate", duplicate)
         self.rejected.inc("clock", clock_fixes)
@@ -184,6 +216,21 @@ class StepStore:
                 f"push would track {len(self._ranks) + len(new_keys)} ranks; this node allows "
                 f"{self._config.max_ranks} (push.max-ranks)"
             )
+
+    def _lease_live(self, state: _Rank, now: float) -> bool:
+        """The rank's lease still binds: its process has not said goodbye and lives (or, unseen, reported lately)."""
+        if state.lease is None or _ended(state):
+            return False
+        pid, start = (state.fields.get(name) for name in _PROCESS)
+        alive = self._alive(pid, start) if self._alive is not None and pid is not None and start is not None else None
+        return alive if alive is not None else now - state.last_push <= LEASE_IDLE
+
+    def _check_lease_locked(self, key: tuple[str, int], lease: str | None, now: float) -> None:
+        state = self._ranks.get(key)
+        if state is None or state.lease is None or lease == state.lease or not self._lease_live(state, now):
+            return
+        raise LeaseHeld(f"rank {key[1]} of job {key[0]!r} belongs to a live process, and this push does not carry "
+                        "its lease")
 
     def _apply_locked(self, state: _Rank, report: RankReport, now: Now) -> tuple[int, int, int]:
         """Apply one rank's report; returns (steps stored, steps already stored, clock fixes)."""
@@ -210,6 +257,8 @@ class StepStore:
                 since, fixed = now.wall, fixed + 1
             state.position = Position(report.position["step"], report.position["phase"], now.instant(since))
         state.last_push = now.monotonic
+        # The lease checks passed: this push's lease is the rank's now; a goodbye lets it go.
+        state.lease = None if _ended(state) else report.lease
         return stored, refused, fixed
 
     @staticmethod
@@ -248,10 +297,17 @@ class StepStore:
         state.latest[_TIME] = completed if previous is None else max(previous, completed)
         return fixed
 
-    def end_job(self, job: str) -> int:
-        """Forget every rank of ``job`` at once; returns how many ranks went."""
+    def end_job(self, job: str, lease: str | None = None) -> int:
+        """Forget every rank of ``job`` at once; returns how many ranks went.
+
+        Raises :class:`LeaseHeld` while a rank of the job has a live process and ``lease`` is none of the job's
+        ranks' leases (a rank of the job may end it)."""
         with self._lock:
+            now = self._clock.read().monotonic
             keys = [key for key in self._ranks if key[0] == job]
+            if lease is None or lease not in {self._ranks[key].lease for key in keys}:
+                for key in keys:
+                    self._check_lease_locked(key, lease, now)
             for key in keys:
                 del self._ranks[key]
             self._jobs.pop(job, None)
