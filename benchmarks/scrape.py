@@ -294,8 +294,7 @@ def measure_prometheus(settings: ScrapeSettings, log: Log = print) -> RealPromet
             for job, service in (("node_exporter", exporter), ("fleetscope", daemon))
         ],
     }
-    prom = Prometheus(os.path.join(settings.workdir, "prometheus"), listen=f"127.0.0.1:{free_port()}",
-                      extra_args=("--log.level=warn",))
+    prom = Prometheus(os.path.join(settings.workdir, "prometheus"))  # on a port it chose, read from its log
     fleet: RankFleet | None = None
     targets = []
     window = settings.prometheus_seconds

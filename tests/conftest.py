@@ -4,7 +4,6 @@ import logging
 import os
 import shutil
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -40,56 +39,11 @@ def restore_logging() -> Iterator[None]:
 
 
 def free_port() -> int:
+    """A port free a moment ago, for what cannot bind port 0 itself (a torch job's rendezvous). A daemon or a
+    Prometheus binds port 0 and says what it bound (fleetscope_sim.harness)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_listening(port: int, timeout: float = 10.0) -> str:
-    """The base URL of a daemon on 127.0.0.1:``port``, once its /healthz answers (or ``timeout`` passed)."""
-    import httpx
-
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(base + "/healthz", timeout=0.5)
-            break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    return base
-
-
-# Port runs are probed below the kernel's ephemeral range (32768-60999 by default), where no outgoing
-# connection or bind(0) lands; each pytest-xdist worker probes its own slice, so two workers never
-# probe the same ports at the same moment and both take them.
-PORT_RUNS = (21000, 32700)
-
-
-def _worker_slice() -> tuple[int, int]:
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    span = (PORT_RUNS[1] - PORT_RUNS[0]) // max(workers, 1)
-    return PORT_RUNS[0] + worker * span, PORT_RUNS[0] + (worker + 1) * span
-
-
-def free_port_run(count: int) -> int:
-    """The first port of ``count`` consecutive free ports (probed, not reserved) in this worker's slice."""
-    start, end = _worker_slice()
-    for base in range(start, end - count, count + 13):
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                sockets.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free ports")
 
 
 def require_binary(name: str) -> str:

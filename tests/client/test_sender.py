@@ -7,17 +7,13 @@ import time
 import pytest
 
 from fleetscope.client.sender import RecordBuffer, Sender
+from fleetscope_sim.harness import eventually
 from tests.conftest import free_port
 from tests.push.live import running_daemon
 
 
 def wait_for(condition, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
+    return bool(eventually(condition, max(timeout, 30.0), interval=0.02))
 
 
 def test_buffer_drops_oldest_and_counts() -> None:

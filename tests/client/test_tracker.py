@@ -14,6 +14,7 @@ import pytest
 
 from fleetscope.client import StepTracker
 from fleetscope.push.store import RankView
+from fleetscope_sim.harness import eventually
 from tests.push.live import LiveDaemon, running_daemon
 
 
@@ -28,12 +29,7 @@ def position_of(daemon: LiveDaemon, job: str, rank: int = 0) -> Any:
 
 
 def wait_for(condition: Any, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return bool(condition())
+    return bool(eventually(condition, max(timeout, 30.0), interval=0.02))
 
 
 class FakeScalar:

@@ -19,6 +19,7 @@ from fleetscope.collectors.gpu import GpuCollector
 from fleetscope.config import Config, load
 from fleetscope.errors import NoHardware
 from fleetscope.serve.daemon import Daemon, build_daemon
+from fleetscope_sim.harness import eventually
 from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall, write_sysfs
 from tests.conftest import FIXTURES, require_binary
 
@@ -382,13 +383,8 @@ def test_kernel_log_without_nvml_identifies_gpus_by_pci(node) -> None:
     assert any(f.subject == "gpu 7" and "Xid 79" in f.message for f in findings), findings
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    return bool(eventually(predicate, max(timeout, 30.0), interval=0.02))
 
 
 def test_nvml_event_and_kernel_log_line_count_once(node) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import http.client
+import json
 import threading
 import time
 
@@ -15,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from fleetscope.collectors import CollectorEntry
 from fleetscope.config import load
 from fleetscope.serve.daemon import build_daemon
-from tests.conftest import free_port, wait_listening
+from fleetscope_sim.harness import eventually
 
 
 class Steady:
@@ -46,17 +47,18 @@ REGISTRY = {
 
 
 @pytest.fixture
-def server():
+def server(tmp_path):
     config = load({"collector.stuck.timeout": "0.3", "collector.stuck.interval": "60",
                    "collector.steady.interval": "60"}, environ={}, registry=REGISTRY)
     stuck = NeverReturns()
     daemon = build_daemon(config, registry=REGISTRY, collectors={"steady": Steady(), "stuck": stuck})
-    port = free_port()
-    daemon.config = load({"web.listen-address": f"127.0.0.1:{port}"}, environ={}, registry=REGISTRY)
+    ready = tmp_path / "ready.json"
+    daemon.config = load({"web.listen-address": "127.0.0.1:0", "web.ready-file": str(ready)}, environ={},
+                         registry=REGISTRY)
     thread = threading.Thread(target=asyncio.run, args=(daemon.serve(),), daemon=True)
     thread.start()
-    base = wait_listening(port)
-    yield base, daemon
+    bound = eventually(lambda: ready.exists() and json.loads(ready.read_text()), 60, "the daemon to listen")
+    yield f"http://{bound['main']}", daemon
     stuck.release.set()
     daemon.request_stop()
     thread.join(5)

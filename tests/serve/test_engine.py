@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from fleetscope.errors import NoHardware
 from fleetscope.serve.engine import MAX_FORMATS, CollectorRunner, Engine, LiveCollector
 from fleetscope.serve.exposition import Renderer, negotiate
+from fleetscope_sim.harness import eventually
 
 PROMETHEUS_2 = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
@@ -314,11 +315,8 @@ def test_live_collector_without_a_generation_is_read_on_every_scrape():
     assert b'fleetscope_test_value{k="a"} 2.0' in engine.exposition(fmt, compressed=False)
 
 
-def _wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
+def _wait_until(condition, timeout=30.0):
+    return eventually(condition, timeout, interval=0.01)
 
 
 def test_unscraped_collector_pauses_and_the_next_scrape_wakes_it_with_a_fresh_reading():
