@@ -172,6 +172,7 @@ def test_fleetscope_serve_exports_exact_counters_of_all_32_devices(tmp_path) -> 
             checked += 1
     assert checked == 32 * (22 + 14)
     assert samples[("fleetscope_efa_devices", ())] == 32
+    assert samples[("process_resident_memory_bytes", ())] > 10_000_000  # the serving process reports itself
     efa_devices = {
         dict(labels).get("device") for name, labels in samples if name.startswith("fleetscope_efa_")
     }

@@ -73,13 +73,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     setup_logging(config.log)
+    from prometheus_client import ProcessCollector
+
     from fleetscope.serve.daemon import build_daemon
 
     if getattr(args, "setting:push.token", "").strip():
         logger.warning(
             "--push.token is readable by every user of this node (/proc/%d/cmdline): use --push.token-file "
             "(a 0600 file) or FLEETSCOPE_PUSH_TOKEN instead", os.getpid())
-    daemon = build_daemon(config)
+    # process_* (resident memory, CPU seconds, open file descriptors, ...) of this process, read from /proc/self
+    daemon = build_daemon(config, process=ProcessCollector(registry=None))
     logger.info(
         "fleetscope %s starting on %s (collectors: %s)", __version__, config.web.listen_address,
         ", ".join(daemon.collectors) or "none",

@@ -185,6 +185,39 @@ def test_exposition_concatenates_collectors_into_one_valid_exposition():
         assert families["fleetscope_test_other"].samples[0].value == 7
 
 
+def test_the_serving_process_reports_itself_at_every_scrape():
+    """process_* from prometheus_client's ProcessCollector, in both formats and on the registry path; read anew
+    at each scrape (CPU seconds and memory move while the collectors' chunks are reused)."""
+    from prometheus_client import ProcessCollector
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    a = CollectorRunner("a", Counting(), interval=60, timeout=1, staleness=60)
+    engine = Engine([a], process=ProcessCollector(registry=None))
+    a.run_once()
+    for accept, parse in (("", parse_text), (PROMETHEUS_2, parse_openmetrics)):
+        fmt = negotiate(accept)
+
+        def scrape(parse=parse, fmt=fmt) -> dict[str, float]:
+            text = engine.exposition(fmt, compressed=False).decode()
+            return {s.name: s.value for f in parse(text) for s in f.samples}
+
+        first = scrape()
+        assert first["process_resident_memory_bytes"] > 1_000_000
+        assert first["process_open_fds"] > 0
+        assert first["process_start_time_seconds"] > 1_600_000_000
+        started = time.process_time()
+        while time.process_time() - started < 0.05:  # some CPU time, so the next reading is later
+            pass
+        assert scrape()["process_cpu_seconds_total"] > first["process_cpu_seconds_total"]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(engine)
+    assert registry.get_sample_value("process_max_fds") > 0
+    # Without one (tests, tools), no process_* at all: its values would be the test runner's.
+    plain = Engine([a]).exposition(negotiate(""), compressed=False).decode()
+    assert "process_" not in plain
+
+
 def _other_family():
     family = GaugeMetricFamily("fleetscope_test_other", "another collector's family")
     family.add_metric([], 7)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
+from prometheus_client.registry import Collector as PrometheusCollector
 
 from fleetscope.collectors import REGISTRY, CollectorEntry
 from fleetscope.collectors.http import HttpCollector
@@ -39,7 +40,10 @@ def build_collectors(config: Config, registry: Mapping[str, CollectorEntry] = RE
 
 
 def build_engine(
-    config: Config, collectors: Mapping[str, Collector], registry: Mapping[str, CollectorEntry] = REGISTRY
+    config: Config,
+    collectors: Mapping[str, Collector],
+    registry: Mapping[str, CollectorEntry] = REGISTRY,
+    process: PrometheusCollector | None = None,
 ) -> Engine:
     runners: list[CollectorRunner | LiveCollector] = []
     for name, collector in collectors.items():
@@ -52,7 +56,7 @@ def build_engine(
                 name, collector, settings.interval, settings.timeout, config.staleness_for(name),
                 idle_after=pause_after or IDLE_AFTER, pausable=registry[name].pausable and pause_after > 0,
             ))
-    return Engine(runners)
+    return Engine(runners, process)
 
 
 @dataclass
@@ -121,9 +125,12 @@ def build_daemon(
     config: Config,
     registry: Mapping[str, CollectorEntry] = REGISTRY,
     collectors: Mapping[str, Collector] | None = None,
+    process: PrometheusCollector | None = None,
 ) -> Daemon:
+    """The daemon; ``process`` adds the serving process's own metrics (``fleetscope serve`` passes
+    prometheus_client's ProcessCollector; in-process tests leave them out, as their values are the test's)."""
     built = dict(collectors) if collectors is not None else build_collectors(config, registry)
-    engine = build_engine(config, built, registry)
+    engine = build_engine(config, built, registry, process)
     main_routers: list[APIRouter] = []
     push_routers: list[APIRouter] = []
     for collector in built.values():

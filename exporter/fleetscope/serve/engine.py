@@ -408,11 +408,16 @@ def _self_families(named: Sequence[tuple[str, Collection, float | None, bool]]) 
 class Engine(PrometheusCollector):
     """All collectors of the daemon; also the ``prometheus_client`` collector for tools and tests."""
 
-    def __init__(self, runners: Iterable[CollectorRunner | LiveCollector]) -> None:
+    def __init__(
+        self, runners: Iterable[CollectorRunner | LiveCollector], process: PrometheusCollector | None = None
+    ) -> None:
         self.runners = list(runners)
         # Self-metrics rendered per format, reused while no collector's facts changed.
         self._own: dict[str, tuple[tuple[object, ...], Chunk]] = {}
         self._own_renderer = Renderer()
+        # The serving process's own figures (prometheus_client's process_* metrics), read at every scrape.
+        self.process = process
+        self._process_renderer = Renderer()
 
     def start(self) -> None:
         for runner in self.runners:
@@ -439,6 +444,8 @@ class Engine(PrometheusCollector):
         """Self-metrics, then every collector's servable series (the registry path: tools and tests)."""
         snapshots = [(runner.name, runner.snapshot()) for runner in self.runners]
         yield from _self_families([(name, done, last, present) for name, (done, _, last, present) in snapshots])
+        if self.process is not None:
+            yield from self.process.collect()
         for _, (_, metrics, _, _) in snapshots:
             yield from metrics
 
@@ -458,7 +465,10 @@ class Engine(PrometheusCollector):
         for runner in waiting:
             runner.wait_fresh()
         served = [(runner.name, runner.serve(fmt)) for runner in self.runners]
-        return assemble([self._own_chunk(served, fmt), *(part.chunk for _, part in served)], fmt, compressed)
+        own = [self._own_chunk(served, fmt)]
+        if self.process is not None:
+            own.append(self._process_renderer.render(list(self.process.collect()), fmt))
+        return assemble([*own, *(part.chunk for _, part in served)], fmt, compressed)
 
     def _own_chunk(self, served: Sequence[tuple[str, Served]], fmt: Format) -> Chunk:
         facts = [(name, part.collection, part.last_success, part.hardware_present) for name, part in served]
