@@ -6,13 +6,13 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 
+from fleetscope_sim.harness import Daemon
 from fleetscope_sim.nvml_fake import uninstall
 from tests.capture.nodes import FixtureNode, pseudonymised, scrape, steady
 from tests.capture.nodes import build as build_node
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT
 
 
 def _fleetscope(*args: str) -> list[str]:
@@ -45,24 +45,14 @@ def test_capture_then_replay_from_the_command_line(tmp_path) -> None:
     settings = {**node.settings, "collector.ena": False}
     original = scrape(build_node(FixtureNode(node.root, None, settings).config, lambda: None), None)
 
-    port = free_port()
-    process = subprocess.Popen(_fleetscope("simulate-node", "--from", archive, "--listen", f"127.0.0.1:{port}"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    ready = tmp_path / "replay.ready"
+    replay = Daemon(_fleetscope("simulate-node", "--from", archive, "--listen", "127.0.0.1:0",
+                                f"--set=web.ready-file={ready}"), tmp_path / "replay.log", env=_env(), ready_file=ready)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            try:
-                if _get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the replay never became ready"
-            time.sleep(0.2)
-        status, replayed = _get(f"http://127.0.0.1:{port}/metrics")
+        replay.start()
+        status, replayed = _get(replay.url + "/metrics")
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        replay.stop()
     assert status == 200
     assert steady(replayed) == steady(pseudonymised(original, mapping))
     assert 'fleetscope_collector_success{collector="efa"} 1.0' in replayed
