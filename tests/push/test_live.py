@@ -7,7 +7,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -25,8 +24,8 @@ from prometheus_client import (
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.serve.daemon import build_daemon
+from fleetscope_sim.harness import eventually
 from tests.clocks import FakeClock
-from tests.conftest import free_port
 from tests.push.live import running_daemon
 
 PUSHERS = 8
@@ -160,12 +159,13 @@ def test_push_to_gateway_with_bad_body_raises_for_the_pusher() -> None:
         assert info.value.code == 400
 
 
-def test_separate_push_address_keeps_pushes_off_the_metrics_port() -> None:
-    web_port, push_port = free_port(), free_port()
+def test_separate_push_address_keeps_pushes_off_the_metrics_port(tmp_path) -> None:
+    ready = tmp_path / "ready.json"
     config = load(
         flags={
-            "web.listen-address": f"127.0.0.1:{web_port}",
-            "push.listen-address": f"127.0.0.1:{push_port}",
+            "web.listen-address": "127.0.0.1:0",
+            "push.listen-address": "127.0.0.1:0",
+            "web.ready-file": str(ready),
             "log.level": "warning",
         },
         environ={},
@@ -177,9 +177,12 @@ def test_separate_push_address_keeps_pushes_off_the_metrics_port() -> None:
     try:
         body = json.dumps({"job": "sep", "rank": 0, "step": 1, "step_seconds": 1.0}).encode()
 
-        def post(port: int) -> int:
+        bound = eventually(lambda: ready.exists() and json.loads(ready.read_text()), 60, "the daemon to listen")
+        web, push = bound["main"], bound["push"]
+
+        def post(address: str) -> int:
             request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/api/v1/steps",
+                f"http://{address}/api/v1/steps",
                 body,
                 {"Content-Type": "application/json"},
                 method="POST",
@@ -190,21 +193,12 @@ def test_separate_push_address_keeps_pushes_off_the_metrics_port() -> None:
             except urllib.error.HTTPError as exc:
                 return exc.code
 
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                status = post(push_port)
-                break
-            except urllib.error.URLError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        assert status == 200
-        assert post(web_port) in (404, 405)
-        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=10) as response:
+        assert post(push) == 200  # both listeners are open once the ready file is written
+        assert post(web) in (404, 405)
+        with urllib.request.urlopen(f"http://{web}/metrics", timeout=10) as response:
             assert 'training_job="sep"' in response.read().decode()
         with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(f"http://127.0.0.1:{push_port}/metrics", timeout=10)
+            urllib.request.urlopen(f"http://{push}/metrics", timeout=10)
     finally:
         daemon.request_stop()
         thread.join(15)
