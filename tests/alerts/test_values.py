@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from fleetscope.rules.cli import main
+from fleetscope.rules.render import doc_counts, with_doc_counts
 from fleetscope.rules.settings import PRODUCTION, RUNBOOK_BASE_URL, SettingsError, with_values
 
-from .rulefiles import iter_rules, load_groups
+from .rulefiles import REPO, iter_rules, load_groups
 from .test_promtool import PROMTOOL, lint_flags, promtool
 
 TUNING = """\
@@ -123,3 +124,24 @@ def test_with_values_keeps_types_and_refuses_booleans() -> None:
     assert tuned.keep_firing_for == ""
     with pytest.raises(SettingsError, match="takes a number"):
         with_values(PRODUCTION, {"throttle_share": True})
+
+
+def test_docs_state_the_shipped_rule_sets_size() -> None:
+    """docs/deploy.md's counts are generated (alerts/generate.py), so they match the committed rule file."""
+    groups = load_groups("fleetscope.rules.yml")
+    rules = list(iter_rules(groups))
+    alerts = sum("alert" in rule for rule in rules)
+    counts = doc_counts()
+    assert counts["rule-counts"] == (f"The set is {len(rules)} rules ({alerts} alerts, {len(rules) - alerts} "
+                                     f"recording rules) in {len(groups)} groups.")
+    text = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    for name, body in counts.items():
+        assert f"<!-- {name} -->{body}<!-- /{name} -->" in text, "run: python3 alerts/generate.py"
+
+
+def test_stale_counts_are_rewritten_and_other_spans_left_alone() -> None:
+    text = ("The set is <!-- rule-counts -->127 rules in 17 groups<!-- /rule-counts -->, "
+            "<!-- other -->kept<!-- /other -->")
+    rewritten = with_doc_counts(text, {"rule-counts": "The set is 3 rules."})
+    assert rewritten == "The set is <!-- rule-counts -->The set is 3 rules.<!-- /rule-counts -->, " \
+                        "<!-- other -->kept<!-- /other -->"

@@ -169,6 +169,35 @@ def render(settings: Settings, fmt: Format = "rules", preset_name: str = "custom
     return header + body
 
 
+# Rules per workspace in Amazon Managed Service for Prometheus by default (its quotas page, adjustable).
+AMP_RULES_PER_WORKSPACE = 2000
+# Marked spans of the docs that state the rule set's size (`<!-- name -->...<!-- /name -->`), rewritten
+# from the production rules by alerts/generate.py, so no count in the docs goes stale.
+_MARKED = re.compile(r"<!-- (?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /(?P=name) -->", re.DOTALL)
+
+
+def doc_counts(settings: Settings = PRODUCTION) -> dict[str, str]:
+    """The text of each marked span: the rule set's size, and how many cluster shards fit one AMP workspace."""
+    groups = build_groups(settings)
+    rules = [rule for group in groups for rule in group.rules]
+    alerts = sum(isinstance(rule, Alert) for rule in rules)
+    return {
+        "rule-counts": (f"The set is {len(rules)} rules ({alerts} alerts, {len(rules) - alerts} recording rules) "
+                        f"in {len(groups)} groups."),
+        "rule-shards": f"fits {AMP_RULES_PER_WORKSPACE // len(rules)} clusters",
+    }
+
+
+def with_doc_counts(text: str, counts: dict[str, str]) -> str:
+    """``text`` with every marked span it has rewritten from ``counts`` (spans of other names untouched)."""
+
+    def fill(span: re.Match[str]) -> str:
+        name = span.group("name")
+        return f"<!-- {name} -->{counts[name]}<!-- /{name} -->" if name in counts else span.group(0)
+
+    return _MARKED.sub(fill, text)
+
+
 def expected_outputs() -> dict[str, str]:
     return {name: render(PRESETS[preset], fmt, preset) for name, (preset, fmt) in OUTPUTS.items()}
 
