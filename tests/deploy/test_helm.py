@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import fleetscope
+from fleetscope.push.textformat import RESERVED_NAMES_REGEX
 from fleetscope.rules.cli import main as rules_main
 from tests.deploy.manifests import KUSTOMIZE_DIR, REPO, by_kind, kustomize, one, validate
 
@@ -237,7 +238,7 @@ def test_monitors_drop_reserved_names_and_keep_the_job_the_rules_select() -> Non
         (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
         assert {"targetLabel": "job", "replacement": "fleetscope", "action": "replace"} in endpoint["relabelings"]
         (drop,) = endpoint["metricRelabelings"]
-        assert drop["action"] == "drop" and drop["sourceLabels"] == ["__name__"]
+        assert drop == {"sourceLabels": ["__name__"], "regex": RESERVED_NAMES_REGEX, "action": "drop"}
         pattern = re.compile(f"^(?:{drop['regex']})$")  # Prometheus anchors relabel regexes
         for forged in ("ALERTS", "ALERTS_FOR_STATE", "up", "scrape_samples_scraped",
                        "training_job:fleetscope_training_progress:hung"):
