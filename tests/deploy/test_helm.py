@@ -13,7 +13,6 @@ import copy
 import difflib
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,10 @@ from fleetscope.rules.cli import main as rules_main
 from tests.deploy.manifests import KUSTOMIZE_DIR, REPO, by_kind, kustomize, one, validate
 
 CHART = REPO / "deploy" / "helm" / "fleetscope"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-IMAGE = f"ghcr.io/fleetscope/fleetscope:{VERSION}"
+VERSION = fleetscope.__version__  # the one version (pyproject reads it, tests/test_release.py)
+# The kustomize base's image (what scripts/image builds, tests/test_release.py): the chart runs the same.
+IMAGE = "{newName}:{newTag}".format(
+    **yaml.safe_load((KUSTOMIZE_DIR / "base" / "kustomization.yaml").read_text(encoding="utf-8"))["images"][0])
 RELEASE = {"name": "fleetscope", "namespace": "fleetscope"}
 # What Helm adds and kustomize does not: release bookkeeping labels and the config checksum that rolls the
 # DaemonSet (kustomize rolls it by the ConfigMap's hash suffix instead).
@@ -91,7 +92,7 @@ def overlays() -> dict[str, list[dict[str, Any]]]:
 
 def test_chart_version_is_the_package_version() -> None:
     with helm.Chart.load(CHART) as chart:
-        assert chart.metadata["version"] == chart.metadata["appVersion"] == VERSION == fleetscope.__version__
+        assert chart.metadata["version"] == chart.metadata["appVersion"] == VERSION
 
 
 def test_notes_say_how_to_check_the_install() -> None:
@@ -109,6 +110,7 @@ def test_chart_lints_clean() -> None:
 
 
 def test_default_render_is_a_daemonset_on_this_versions_image(default: list[dict[str, Any]]) -> None:
+    assert IMAGE.endswith(f":{VERSION}")
     pod = daemon_pod(default)
     assert [c["image"] for c in pod["containers"]] == [IMAGE]
     assert [c["image"] for c in pod["initContainers"]] == [IMAGE]

@@ -7,7 +7,9 @@
 # per condition into DIR: the exit code, the one-line message, then every finding. This script runs in
 # node-problem-detector's own image (bash and coreutils, no Python, no fleetscope) and answers at once,
 # in the plugin protocol: exit 0 (condition False), 1 (True) or 2 (Unknown), the message on stdout.
-# A verdict older than MAX_AGE_SECONDS (its writer stuck or gone) is Unknown, never a stale True or False.
+# A verdict older than MAX_AGE_SECONDS (its writer stuck or gone) is Unknown, never a stale True or False;
+# so is one dated in the future (the clock set back since it was written: its age cannot be known), until
+# the writer's next round replaces it.
 
 set -u
 
@@ -32,7 +34,13 @@ if (( age > max_age )); then
     echo "stale fleetscope verdict (${age}s old): is the verdicts container running?"
     exit 2
 fi
-printf '%s\n' "$message"
+# A few seconds of slack for file systems whose timestamps run ahead of date(1) by a tick.
+if (( age < -5 )); then
+    echo "fleetscope verdict dated $(( -age ))s in the future (clock set back?)"
+    exit 2
+fi
+# One line without control characters, whatever is in the file (check writes it so already).
+printf '%s\n' "${message//[[:cntrl:]]/ }"
 case "$code" in
     0|1) exit "$code" ;;
     *) exit 2 ;;
