@@ -438,3 +438,15 @@ def test_an_error_half_way_through_a_push_leaves_the_store_as_it_was(monkeypatch
     assert only(store).values["steps"] == 1
     store.ingest([leased(step(2), step(3), step(4))])  # the retry
     assert only(store).values["steps"] == 4
+
+
+def test_a_restarted_daemon_adopts_the_lease_the_rank_still_sends() -> None:
+    """A daemon restart forgets the leases; the rank's next report (re-sent steps too) brings its own back."""
+    from fleetscope.push.store import LeaseHeld
+    before = StepStore(PushConfig(), alive=lambda pid, start: True)
+    before.ingest([leased(step(1), step(2))])
+    after = StepStore(PushConfig(), alive=lambda pid, start: True)  # the new daemon process
+    after.ingest([leased(step(2), step(3))])  # the batch the old one may or may not have stored, and a new step
+    with pytest.raises(LeaseHeld):
+        after.ingest([leased(step(4, 999.0), lease=OTHER)])
+    assert only(after).values["steps"] == 2

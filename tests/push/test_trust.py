@@ -87,6 +87,7 @@ def test_a_newline_in_a_job_name_in_the_path_finds_no_route() -> None:
     ("/metrics/job/x/note/a%0Db", "m 1\n"),
     ("/metrics/job/x", 'm{note="a\\nb"} 1\n'),
     ("/metrics/job/x", 'm{note="a\tb"} 1\n'),
+    ("/metrics/job/x", 'm{note="a\u2028b"} 1\n'),
 ])
 def test_a_control_character_in_a_job_name_or_label_value_is_refused(path: str, body: str) -> None:
     client, collector = make_client()
@@ -128,6 +129,7 @@ def exposed_value(text: str, name: str) -> float:
 
 def test_a_control_character_in_a_reported_job_id_is_refused() -> None:
     client, collector = make_client()
+    assert client.post("/api/v1/report", json={"job": "x\u2028gpu 2", "rank": 0}).status_code == 422
     response = client.post("/api/v1/report", json={"job": "x\ngpu 2: Xid 79", "rank": 0})
     assert response.status_code == 422 and response.json()["detail"][0]["field"] == "body.job"
     assert client.post("/api/v1/steps", json={"job": "x\x1b[2J", "rank": 0, "step": 1, "step_seconds": 1}

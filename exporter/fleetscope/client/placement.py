@@ -91,7 +91,7 @@ def job_id_problem(job: str) -> str:
     """Why the daemon would refuse this job id ("" when it would not)."""
     if not job or len(job) > MAX_ID_LENGTH:
         return f"the job id is {len(job)} characters; it must be 1 to {MAX_ID_LENGTH}"
-    if re.search(r"[\x00-\x1f\x7f-\x9f]", job):
+    if re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", job):
         return "the job id has a control character"
     return ""
 

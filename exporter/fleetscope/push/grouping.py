@@ -21,7 +21,7 @@ GroupKey = tuple[tuple[str, str], ...]  # (("job", "train"), ("instance", "x")),
 EXPOSED_LABEL = {"job": "training_job"}
 RESERVED_LABELS = frozenset(EXPOSED_LABEL.values())  # a pushed label by such a name would shadow another's
 MAX_LABEL_VALUE_LENGTH = 1024  # characters of one label value, in the key or the body
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # and the line and paragraph separators
 
 
 class GroupError(ValueError):

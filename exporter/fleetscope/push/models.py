@@ -31,7 +31,7 @@ from fleetscope.wire import RANK_FIELDS, Role
 _PYTHON_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
 # A string field becomes a label value, which reaches `check`'s output and verdict files: one line, no
 # control characters (#35 item 1).
-ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+ONE_LINE = "^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
 
 
 def _constrained(field: wire.Field, kind: str) -> Any:
