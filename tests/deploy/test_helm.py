@@ -13,6 +13,7 @@ import copy
 import difflib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,27 @@ def test_tuned_rules_reach_the_prometheusrule(tmp_path: Path, capsys: pytest.Cap
     # being silently ignored.
     with pytest.raises(helm.HelmRenderError, match="fleetscope rules --values"):
         render({"prometheusRule": {"settings": {"throttle_for": "20m"}}})
+
+
+def test_kustomize_takes_the_same_tuning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/deploy.md's overlay patch with `--format prometheusrule` gives the chart's tuned groups."""
+    settings = tmp_path / "tuning.yaml"
+    settings.write_text("throttle_for: 20m\nstraggler_for: 2m\n", encoding="utf-8")
+    assert rules_main(["--values", str(settings), "--format", "helm-values"]) == 0
+    chart_rule = one(render(yaml.safe_load(capsys.readouterr().out)), "PrometheusRule")
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE_DIR, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    overlay = tree / "overlays" / "tuned"
+    overlay.mkdir()
+    assert rules_main(["--values", str(settings), "--format", "prometheusrule"]) == 0
+    (overlay / "fleetscope-rules.yaml").write_text(capsys.readouterr().out, encoding="utf-8")
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../kube-prometheus-stack]\n"
+        "patches:\n  - path: fleetscope-rules.yaml\n    target: {kind: PrometheusRule, name: fleetscope}\n")
+    kustomize_rule = one(kustomize(overlay), "PrometheusRule")
+    assert kustomize_rule["spec"] == chart_rule["spec"]
+    (throttled,) = (r for g in chart_rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "GpuThrottled")
+    assert throttled["for"] == "20m"
 
 
 def test_readme_documents_every_value() -> None:
