@@ -91,7 +91,10 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         if not self.config.gpu.kmsg:
             return
         if self._kmsg is None:
-            self._kmsg = KmsgReader(self.config.path.kmsg, boot_time(self._procfs))
+            # A quarter of the collection's time (2 s by default) for the kernel log: a full ring buffer on a
+            # loaded node is read in part, the rest at the next poll, and `check` still answers in time.
+            budget = self.config.collector(self.name).timeout / 4
+            self._kmsg = KmsgReader(self.config.path.kmsg, boot_time(self._procfs), budget=budget)
         try:
             batch = self._kmsg.poll()
         except SourceError as exc:
@@ -102,6 +105,9 @@ class GpuCollector(Collector, HealthCheck, Closeable):
             self._kmsg = None
             return
         self._kmsg_failed = False
+        if self._kmsg.behind:
+            logger.warning("kernel log: read for %.1f s and stopped short of its end; the rest is read next time",
+                           self._kmsg.budget)
         for pci, uuid in batch.uuids.items():
             if pci in self._kmsg_uuids or len(self._kmsg_uuids) < MAX_ANNOUNCED_GPUS:
                 self._kmsg_uuids[pci] = uuid
