@@ -333,6 +333,31 @@ def test_no_nvml_library_daemon_serves_everything_else(node) -> None:
         GpuCollector(config).collect()
 
 
+def test_expected_gpus_with_none_visible_is_unhealthy_and_exported(node) -> None:
+    """A driver that failed to load is what gpu.expected-count is for (#35 item 8): before, no NVML library and
+    nothing on the PCI bus read as "no GPU hardware here", HEALTHY, with no expected count for GpuMissing."""
+    n = node(None)
+    config = load({
+        "path.sysfs": os.path.join(FIXTURES, "p5", "sys"), "path.procfs": os.path.join(FIXTURES, "p5", "proc"),
+        "path.kmsg": n.kmsg, "collector.ena": False, "gpu.expected-count": 8,
+    }, environ={})
+    findings, code = run_check(config, timeout=20, collectors={"gpu": GpuCollector(config)})
+    assert code == EXIT_UNHEALTHY
+    (finding,) = findings
+    assert finding.line().startswith("UNHEALTHY gpu: node: no GPU visible, 8 expected: none on the PCI bus, NVML ")
+    daemon = build_daemon(config)
+    daemon.engine.start()
+    try:
+        assert daemon.engine.wait_ready(30)
+        metrics = scrape(daemon)
+    finally:
+        daemon.engine.stop()
+    assert value(metrics, "fleetscope_gpu_expected_devices") == 8
+    assert value(metrics, "fleetscope_gpu_pci_devices") == 0
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 0
+    assert value(metrics, "fleetscope_collector_hardware_present", collector="gpu") == 1
+
+
 # -- Xids: kernel log formats, NVML events, one count per occurrence --------------------------------
 
 

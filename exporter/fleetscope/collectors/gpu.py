@@ -167,10 +167,12 @@ class GpuCollector(Collector, HealthCheck, Closeable):
 
     # -- metrics -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _absent(snapshot: GpuSnapshot) -> bool:
-        """No GPU here at all: no NVML, none on the PCI bus, and no Xid ever logged (else the GPUs are gone)."""
-        return snapshot.nvml is None and not snapshot.pci_gpus and not snapshot.xid_counts
+    def _absent(self, snapshot: GpuSnapshot) -> bool:
+        """No GPU here at all, and none expected: no NVML, none on the PCI bus, no Xid ever logged (else the GPUs
+        are gone), and no ``gpu.expected-count`` (a node that should have GPUs and shows none is the fault that
+        count exists for: a driver that failed to load)."""
+        return (snapshot.nvml is None and not snapshot.pci_gpus and not snapshot.xid_counts
+                and not self.config.gpu.expected_count)
 
     def collect(self) -> list[Metric]:
         snapshot = self.snapshot()
@@ -261,7 +263,10 @@ def findings(snapshot: GpuSnapshot, expected: int, xid_window: float, gpu_of: An
 
     nvml = snapshot.nvml
     pci_count = len(snapshot.pci_gpus)
-    if expected and pci_count < expected:
+    if expected and nvml is None and not pci_count:
+        bad("node", f"no GPU visible, {expected} expected: none on the PCI bus, NVML "
+            f"{snapshot.nvml_error or 'unavailable'}")
+    elif expected and pci_count < expected:
         bad("node", f"{pci_count} of {expected} expected GPUs on the PCI bus")
     if nvml is None:
         if pci_count:

@@ -130,9 +130,11 @@ def alert_rules(s: Settings) -> list[Group]:
             s.gpu_state_for,
         ),
         Alert(
-            "GpuMissing", f"{nvml} < {pci}\nor\n{nvml} < {expected}", "critical",
+            # The last branch is a node where NVML cannot even load (no fleetscope_gpu_nvml_devices): a driver
+            # that failed to load shows as no GPU on the bus, or fewer than the expected count.
+            "GpuMissing", f"{nvml} < {pci}\nor\n{nvml} < {expected}\nor\n{pci} < {expected}", "critical",
             "A node has fewer usable GPUs than it should.",
-            "NVML sees {{ $value }} GPUs on {{ $labels.instance }}"
+            "{{ $value }} GPUs usable on {{ $labels.instance }}"
             f"{{{{ with printf `{node_pci}` $labels.instance | query }}}}"
             "; the PCI bus shows {{ . | first | value }}{{ end }}"
             f"{{{{ with printf `{node_expected}` $labels.instance | query }}}}"
