@@ -220,6 +220,9 @@ def test_no_execute_is_tolerated_only_when_opted_in(default: list[dict[str, Any]
     assert {"operator": "Exists", "effect": "NoSchedule"} in tolerations
     assert not any(t.get("effect") == "NoExecute" for t in daemon_pod(render({"tolerateNoExecute": False}))
                    ["tolerations"])
+    assert "tolerations" not in daemon_pod(render({"tolerations": []}))
+    assert daemon_pod(render({"tolerations": [], "tolerateNoExecute": True}))["tolerations"] == [
+        {"operator": "Exists", "effect": "NoExecute"}]
 
 
 def test_affinity_covers_the_gpu_instance_types_and_can_be_replaced(default: list[dict[str, Any]]) -> None:
