@@ -278,7 +278,7 @@ def test_readme_gives_the_two_commands() -> None:
 
 def test_setup_scripts_pass_shellcheck() -> None:
     shellcheck = require_binary("shellcheck")
-    scripts = [ROOT / "scripts" / name for name in ("demo", "test", "lib.sh")] + [ROOT / ".ci" / "run"]
+    scripts = [ROOT / "scripts" / name for name in ("demo", "test", "lib.sh", "image", "lock")] + [ROOT / ".ci" / "run"]
     result = subprocess.run([shellcheck, "-x", "--severity=style", *map(str, scripts)], capture_output=True,
                             text=True, timeout=120, check=False, cwd=ROOT)
     assert result.returncode == 0, result.stdout
