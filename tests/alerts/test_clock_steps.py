@@ -116,5 +116,5 @@ def replay(tmp_path: Path, step_by: float, offset: int, rules: Path) -> subproce
     path = tmp_path / "clock.test.yml"
     path.write_text(yaml.safe_dump(test, width=1_000_000), encoding="utf-8")
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=120,
+    return subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=600,
                           check=False)

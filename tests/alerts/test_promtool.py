@@ -24,7 +24,7 @@ UNIT_TEST_FILES = sorted(TESTS_DIR.glob("*.test.yml"))
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=600, check=False)
 
 
 def lint_flags() -> list[str]:
