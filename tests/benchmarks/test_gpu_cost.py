@@ -57,3 +57,21 @@ def test_the_counter_counts_what_the_library_sees_and_the_model_predicts_it(tmp_
         modelled["nvml_ms_per_cycle"], abs=0.002)
     table = markdown([cost, modelled])
     assert len(table) == 4 and "| latency model, h100_8x_healthy | 8 | 18 | default |" in table[3]
+
+
+def test_fabric_nvlink_traffic_and_mig_stay_within_the_cost_ceiling() -> None:
+    """#38: the fabric state is one call per GPU per slow read, NVLink traffic rides in the GPM request every
+    collection already makes (or, without GPM, two driver counters per slow read), and a MIG instance costs its
+    memory and its own GPM sample. Per GPU and cycle inside NVML on the model, within the 3 ms ceiling."""
+    p5 = model_cost("h100_8x_healthy", cycles=12)
+    per_cycle = {name: entry["calls_per_cycle"] for name, entry in p5["by_symbol"].items()}
+    assert per_cycle["nvmlDeviceGetGpuFabricInfoV"] == 16 / 12  # with the slow reads: 8 GPUs, twice in 2 minutes
+    assert per_cycle["nvmlGpmMetricsGet"] == 8  # NVLink's rates in the request the ratios already make
+    assert p5["nvml_ms_per_cycle"] / 8 < 2.5
+    a100 = model_cost("a100_8x", latency="h100_sxm_580", cycles=12)
+    assert a100["by_field"]["138"]["answered_per_cycle"] == 16 / 12  # all links at once (scope UINT_MAX)
+    assert a100["nvml_ms_per_cycle"] / 8 < 2.5
+    mig = model_cost("mig_enabled", cycles=12)
+    per_cycle = {name: entry["calls_per_cycle"] for name, entry in mig["by_symbol"].items()}
+    assert per_cycle["nvmlGpmMigSampleGet"] == 3 + 3 * 2  # every GPU instance, every collection
+    assert mig["nvml_ms_per_cycle"] / 8 < 3.0

@@ -30,6 +30,7 @@ CASES = [
     ("malformed", "mig_enabled", {}),
     ("p5", "lost_gpu", {}),
     ("p5", "xid_events", {}),
+    ("p5", "fabric_manager_down", {}),
     ("p5", "hanging_call", {"collector.gpu.timeout": 1}),
     ("p4d", None, {}),  # no NVML library at all
     ("p5", CODES, {}),  # return codes other than NOT_SUPPORTED, a GPU NVML cannot open

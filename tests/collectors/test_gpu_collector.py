@@ -141,8 +141,8 @@ def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
     metrics = scrape(daemon)
     close(daemon)
 
-    names = [spec.name for table in GpuCollector.tables for spec in table
-             if spec.name != "fleetscope_gpu_pcie_bytes_total"]  # GPUs without GPM (tests/sources)
+    names = [spec.name for table in GpuCollector.tables for spec in table  # not: GPUs without GPM (tests/sources),
+             if spec.name != "fleetscope_gpu_pcie_bytes_total" and "_mig_" not in spec.name]  # MIG (test_mig_*)
     for name in names:  # every metric the collector's tables declare is exported on a healthy H100 node
         assert any(m == name or m == name.removesuffix("_info") + "_info" for m in metrics), f"{name} missing"
 
@@ -494,7 +494,8 @@ def test_every_value_the_nvml_reader_names_has_a_metric() -> None:
     from fleetscope.metrics import gpu
     from fleetscope.sources.nvml import NvmlValue
 
-    assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {"info", "driver_info", "lost", "nvml_devices"}
+    assert set(get_args(NvmlValue)) == set(gpu.NVML_TABLE.specs) - {
+        "info", "driver_info", "lost", "nvml_devices", "fabric_info", "mig_info"}
 
 
 # -- #18 item 11: an Xid seen by either source is never dropped -------------------------------------
@@ -554,3 +555,76 @@ def test_xid_series_are_bounded_by_the_nodes_gpus_and_the_catalog(node) -> None:
     assert {gpu for gpu, _, _ in counts} <= {*map(str, range(8)), "other"}
     assert {xid for _, xid, _ in counts} == {"13", "unknown"}
     assert counts[("0", "13", "RESTART_APP")] == 1 and counts[("other", "unknown", "UNKNOWN")] > 1900
+
+
+# -- #38: NVLink fabric registration, NVLink traffic, MIG instances -------------------------------------------
+
+
+def test_fabric_manager_down_is_an_unhealthy_finding_and_a_state_per_gpu(node) -> None:
+    n = node("fabric_manager_down")
+    collector = GpuCollector(n.config)
+    findings = {(f.subject, f.severity): f.message for f in collector.health()}
+    families = {f.name: f for f in collector.collect()}
+    collector.close()
+    assert "nvidia-fabricmanager" in findings[("gpu 0", "unhealthy")]
+    assert findings[("gpu 6", "warning")] == "NVLink fabric registration in progress"
+    assert findings[("gpu 7", "unhealthy")] == "NVLink fabric registration failed: NVML_ERROR_INSUFFICIENT_RESOURCES"
+    states = {s.labels["gpu"]: s.value for s in families["fleetscope_gpu_fabric_state"].samples}
+    assert states == {**{str(i): 1.0 for i in range(6)}, "6": 2.0, "7": 3.0}
+    assert [(s.labels["gpu"], s.value) for s in families["fleetscope_gpu_fabric_status"].samples] == [("7", 23.0)]
+    assert [s.labels["gpu"] for s in families["fleetscope_gpu_fabric"].samples] == ["7"]  # the info: once completed
+
+
+def test_a_registered_fabric_and_one_without_nvswitch_are_no_finding(node) -> None:
+    n = node("h100_8x_healthy")
+    n.fake.gpu(1).set(fabric={"state": 0, "cluster_uuid": ""})  # not on an NVSwitch fabric: not supported
+    n.fake.gpu(2).set(fabric=None)  # the call is not supported at all
+    collector = GpuCollector(n.config)
+    assert [f for f in collector.health() if "fabric" in f.message.lower()] == []
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    close(daemon)
+    collector.close()
+    assert value(metrics, "fleetscope_gpu_fabric_state", gpu="1") == 0
+    assert value(metrics, "fleetscope_gpu_fabric_state", gpu="2") is None  # missing is not zero
+    assert value(metrics, "fleetscope_gpu_fabric_info", gpu="0", clique_id="32766",
+                 cluster_uuid="5f1c2a9e-7b3d-4c8e-9a61-0d2e4f6a8b10") == 1
+
+
+def test_nvlink_traffic_per_gpu_by_default_and_per_link_at_detail_all(node) -> None:
+    for detail, expected in (("default", 2), ("all", 36)):
+        n = node("h100_8x_healthy", settings={"collector.gpu.detail": detail})
+        n.fake.gpu(3).set(nvlink_mibps={"tx": [10.0] * 18, "rx": [5.0] * 18})
+        daemon = gpu_daemon(n.config)
+        collect_once(daemon)
+        collect_once(daemon)
+        metrics = scrape(daemon)
+        close(daemon)
+        series = {(dict(k).get("link"), dict(k)["direction"]): v
+                  for k, v in metrics["fleetscope_gpu_nvlink_bytes_total"].items() if dict(k)["gpu"] == "3"}
+        assert len(series) == expected and all(v > 0 for v in series.values())
+
+
+def test_mig_instances_their_memory_activity_and_jobs(node) -> None:
+    env = {4101: {"FLEETSCOPE_JOB": "llama", "SLURM_JOB_ID": "777", "RANK": "0"},
+           4201: {"FLEETSCOPE_JOB": "notebook", "SLURM_JOB_ID": "778", "RANK": "0"}}
+    n = node("mig_enabled", environ=env)
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    collect_once(daemon)  # per-instance GPM ratios need two samples
+    metrics = scrape(daemon)
+    close(daemon)
+    g0 = {"gpu": "0", "uuid": n.fake.gpu(0).uuid}
+    names = {dict(k)["gpu_instance"]: dict(k)["name"] for k in metrics["fleetscope_gpu_mig_info"]
+             if dict(k)["gpu"] == "0" and dict(k)["compute_instance"] == "0"}
+    assert names == {"1": "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "5": "NVIDIA H100 80GB HBM3 MIG 2g.20gb",
+                     "13": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}
+    assert value(metrics, "fleetscope_gpu_mig_memory_used_bytes", **g0, gpu_instance="1") == 30000000000
+    assert value(metrics, "fleetscope_gpu_mig_memory_total_bytes", **g0, gpu_instance="13") == 10468982784
+    assert value(metrics, "fleetscope_gpu_mig_sm_active_ratio", **g0, gpu_instance="1") == pytest.approx(0.885)
+    assert value(metrics, "fleetscope_gpu_mig_job_info", **g0, gpu_instance="1", training_job="llama") == 1
+    assert value(metrics, "fleetscope_gpu_mig_job_info", **g0, gpu_instance="5", training_job="notebook") == 1
+    assert value(metrics, "fleetscope_gpu_mig_job_info", gpu="0", gpu_instance="13") is None  # nothing runs there
+    assert value(metrics, "fleetscope_gpu_job_info", **g0, training_job="notebook") == 1  # the GPU's too
+    assert value(metrics, "fleetscope_gpu_mig_info", gpu="6") is None  # GPU 6 is whole

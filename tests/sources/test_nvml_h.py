@@ -51,6 +51,15 @@ def test_every_number_is_the_headers() -> None:
     assert {clock: getattr(pynvml, CLOCK_NAMES[clock]) for clock in nvml_h.CLOCK_TYPES} == nvml_h.CLOCK_TYPES
     for number, name in nvml_h.ARCHITECTURES.items():
         assert getattr(pynvml, f"NVML_DEVICE_ARCH_{name.upper()}") == number
+    assert {getattr(pynvml, f"NVML_GPM_METRIC_NVLINK_TOTAL_{d.upper()}_PER_SEC"): d
+            for d in ("rx", "tx")} == nvml_h.GPM_NVLINK_TOTAL
+    for link in range(nvml_h.GPM_NVLINK_MAX_LINKS):
+        assert nvml_h.gpm_nvlink_link_metrics(link) == {
+            getattr(pynvml, f"NVML_GPM_METRIC_NVLINK_L{link}_{d.upper()}_PER_SEC"): d for d in ("rx", "tx")}
+    for number, name in nvml_h.FABRIC_STATES.items():
+        assert getattr(pynvml, f"NVML_GPU_FABRIC_STATE_{name.upper()}") == number
+    assert (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3) == (nvml_h.FABRIC_INFO_V2, nvml_h.FABRIC_INFO_V3)
+    assert nvml_h.SCOPE_ALL_LINKS == 2**32 - 1 and nvml_h.NO_INSTANCE == 2**32 - 1  # UINT_MAX
 
 
 def test_the_field_table_names_header_ids_and_reading_values() -> None:
@@ -61,7 +70,7 @@ def test_the_field_table_names_header_ids_and_reading_values() -> None:
     for field in nvml_h.FIELDS:
         assert field.value is None or field.value in values, field
         assert field.home[0], field
-    assert {f.value for f in nvml_h.FIELDS if f.value is None} == {None} and len(nvml_h.LINK_FIELDS) == 4
+    assert {f.value for f in nvml_h.FIELDS if f.value is None} == {None} and len(nvml_h.LINK_FIELDS) == 6
 
 
 def _id_literals(path: Path, ids: set[int]) -> list[str]:

@@ -12,6 +12,7 @@ driver lacks, ``lost`` for GPUs that answered GPU_IS_LOST, ``pending_events`` fo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -30,11 +31,15 @@ from fleetscope.sources.nvml_h import (
     FI_DEV_NVLINK_GET_STATE,
     FI_DEV_NVLINK_LINK_COUNT,
     GPM_METRICS,
+    GPM_NVLINK_MAX_LINKS,
+    GPM_NVLINK_TOTAL,
     GPM_PCIE,
     GPU_FIELDS,
     LINK_FIELDS,
+    NO_INSTANCE,
     WATCHED_EVENTS,
     NvmlReturn,
+    gpm_nvlink_link_metrics,
 )
 
 SINGLE_VALUES = {  # C symbol -> FakeGpu attribute, for the getters that answer one integer
@@ -51,8 +56,12 @@ SINGLE_VALUES = {  # C symbol -> FakeGpu attribute, for the getters that answer 
 IDENTITY = {"nvmlDeviceGetName": "name", "nvmlDeviceGetUUID": "uuid", "nvmlDeviceGetSerial": "serial",
             "nvmlDeviceGetVbiosVersion": "vbios_version"}
 
-# The GPM metrics asked, by the key the fake keeps each under: the collector's ratios and PCIe rates (MiB/s).
-GPM_ASKED = {**GPM_METRICS, **{metric: f"pcie_{direction}" for metric, direction in GPM_PCIE.items()}}
+# The GPM metrics asked, by the key the fake keeps each under: the collector's ratios, PCIe and NVLink rates (MiB/s;
+# NVLink's per link, "nvlink_<direction>_<link>", are kept as FakeGpu.nvlink_mibps).
+GPM_ASKED = {**GPM_METRICS, **{metric: f"pcie_{direction}" for metric, direction in GPM_PCIE.items()},
+             **{metric: f"nvlink_{direction}" for metric, direction in GPM_NVLINK_TOTAL.items()},
+             **{metric: f"nvlink_{direction}_{link}" for link in range(GPM_NVLINK_MAX_LINKS)
+                for metric, direction in gpm_nvlink_link_metrics(link).items()}}
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,7 @@ class GpuRecord:
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
+        self.mig_samples: dict[int, Any] = {}  # MIG GPU instance -> its first GPM sample
 
     def one(self, attr: str, reply: Reply, convert: Callable[[Any], Any] = int) -> None:
         self.fields[attr] = convert(reply.value) if reply.ok else status_name(reply)
@@ -266,6 +276,8 @@ def _probe(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
     record.one("mig_mode", ask("nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, handle), lambda v: int(v[0]))
     record.one("architecture", ask("nvmlDeviceGetArchitecture", nvml.nvmlDeviceGetArchitecture, handle),
                lambda v: ARCHITECTURES.get(int(v), str(v)))
+    _fabric(nvml, ask, record, handle)
+    _mig(nvml, ask, record, handle)
     utilization = ask("nvmlDeviceGetUtilizationRates", nvml.nvmlDeviceGetUtilizationRates, handle)
     record.fields["utilization_gpu"] = int(utilization.value.gpu) if utilization.ok else status_name(utilization)
     record.fields["utilization_memory"] = int(utilization.value.memory) if utilization.ok else 0
@@ -300,10 +312,73 @@ def _probe(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
     older = ask("nvmlDeviceGetComputeRunningProcesses_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, handle)
     listed = processes if processes.ok or processes.code != ERROR_FUNCTION_NOT_FOUND else older
     record.fields["processes"] = (
-        [[int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)] for p in listed.value]
+        [[int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+          *([int(p.gpuInstanceId)] if getattr(p, "gpuInstanceId", NO_INSTANCE) not in (None, NO_INSTANCE) else [])]
+         for p in listed.value]
         if listed.ok else status_name(listed))
     if not older.ok and listed is not older and older.code not in (ERROR_FUNCTION_NOT_FOUND, listed.code):
         record.errors["nvmlDeviceGetComputeRunningProcesses_v2"] = status_name(older)
+
+
+def _fabric(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
+    """The NVLink fabric registration, as nvmlDeviceGetGpuFabricInfoV answers it (and the deprecated call)."""
+
+    def versioned() -> Any:
+        info = nvml.c_nvmlGpuFabricInfo_v2_t()
+        nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+        return info
+
+    def first() -> Any:
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+        return info
+
+    replies: list[tuple[str, Reply | None]] = [
+               ("nvmlDeviceGetGpuFabricInfoV", ask("nvmlDeviceGetGpuFabricInfoV", versioned)),
+               ("nvmlDeviceGetGpuFabricInfo", ask("nvmlDeviceGetGpuFabricInfo", first))]
+    answered = next((reply for _, reply in replies if reply is not None and reply.ok), None)
+    if answered is None:
+        record.fields["fabric"] = record.settle(replies)
+        if record.fields["fabric"] == NvmlReturn(ERROR_NOT_SUPPORTED).name:
+            record.fields["fabric"] = None
+        return
+    info = answered.value
+    raw = bytes(info.clusterUuid).hex()
+    fabric = {"state": int(info.state), "status": int(info.status), "clique_id": int(info.cliqueId),
+              "cluster_uuid": "-".join((raw[:8], raw[8:12], raw[12:16], raw[16:20], raw[20:])) if int(raw, 16) else ""}
+    if getattr(info, "healthMask", 0):
+        fabric["health_mask"] = int(info.healthMask)
+    record.fields["fabric"] = fabric
+    for channel, reply in replies:
+        if reply is not None and not reply.ok and reply.code != ERROR_FUNCTION_NOT_FOUND:
+            record.errors[channel] = status_name(reply)
+
+
+def _mig(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
+    """MIG devices (while MIG is enabled): each slot's instance ids, UUID, name and memory."""
+    record.one("max_mig_devices", ask("nvmlDeviceGetMaxMigDeviceCount", nvml.nvmlDeviceGetMaxMigDeviceCount, handle))
+    count = record.fields["max_mig_devices"]
+    if record.fields.get("mig_mode") != 1 or not isinstance(count, int):
+        return
+    devices: list[dict[str, Any]] = []
+    for slot in range(count):
+        mig = ask("nvmlDeviceGetMigDeviceHandleByIndex", nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+        if not mig.ok:
+            continue
+        device: dict[str, Any] = {"slot": slot}
+        for key, symbol in (("gpu_instance", "nvmlDeviceGetGpuInstanceId"),
+                            ("compute_instance", "nvmlDeviceGetComputeInstanceId")):
+            reply = ask(symbol, getattr(nvml, symbol), mig.value)
+            device[key] = int(reply.value) if reply.ok else 0
+        for key, symbol in (("uuid", "nvmlDeviceGetUUID"), ("name", "nvmlDeviceGetName")):
+            reply = ask(symbol, getattr(nvml, symbol), mig.value)
+            if reply.ok:
+                device[key] = str(reply.value)
+        memory = ask("nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, mig.value)
+        if memory.ok:
+            device.update(memory_total=int(memory.value.total), memory_used=int(memory.value.used))
+        devices.append(device)
+    record.fields["mig_devices"] = devices
 
 
 def _memory(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
@@ -420,7 +495,59 @@ def _gpm_start(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> Any:
         record.fields["gpm"] = status_name(taken)
         ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, sample.value)
         return None
+    for device in record.fields.get("mig_devices") or []:  # each MIG GPU instance's own first sample
+        gi = int(device["gpu_instance"])
+        mig_sample = ask("nvmlGpmSampleAlloc", nvml.nvmlGpmSampleAlloc)
+        if not mig_sample.ok or gi in record.mig_samples:
+            continue
+        mig_taken = ask("nvmlGpmMigSampleGet", nvml.nvmlGpmMigSampleGet, handle, gi, mig_sample.value)
+        if mig_taken.ok:
+            record.mig_samples[gi] = mig_sample.value
+        else:
+            device["gpm"] = status_name(mig_taken)
+            ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, mig_sample.value)
     return sample.value
+
+
+def _mig_gpm_finish(nvml: Any, ask: Asker, record: GpuRecord, handle: Any) -> None:
+    """Each MIG GPU instance's GPM ratios between its two samples, kept as its device's ``gpm``."""
+    for device in record.fields.get("mig_devices") or []:
+        first = record.mig_samples.pop(int(device["gpu_instance"]), None)
+        if first is None:
+            continue
+        second = ask("nvmlGpmSampleAlloc", nvml.nvmlGpmSampleAlloc)
+        try:
+            if not second.ok:
+                continue
+            taken = ask("nvmlGpmMigSampleGet", nvml.nvmlGpmMigSampleGet, handle, int(device["gpu_instance"]),
+                        second.value)
+            if not taken.ok:
+                device["gpm"] = status_name(taken)
+                continue
+            device["gpm"] = _gpm_answers(nvml, ask, first, second.value, dict(GPM_METRICS))
+        finally:
+            ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, first)
+            if second.ok:
+                ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, second.value)
+
+
+def _gpm_answers(nvml: Any, ask: Asker, first: Any, second: Any, asked: dict[int, str]) -> Any:
+    """name -> value (or the code it answered) of the ``asked`` metrics between two samples; the call's code
+    when it failed."""
+    request = nvml.c_nvmlGpmMetricsGet_t()
+    request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(asked)
+    request.sample1, request.sample2 = first, second
+    for slot, metric_id in enumerate(asked):
+        request.metrics[slot].metricId = metric_id
+    result = ask("nvmlGpmMetricsGet", nvml.nvmlGpmMetricsGet, request)
+    if not result.ok:
+        return status_name(result)
+    out: dict[str, Any] = {}
+    for slot, name in enumerate(asked.values()):
+        metric = result.value.metrics[slot]
+        out[name] = float(metric.value) if metric.nvmlReturn == 0 else NvmlReturn(int(metric.nvmlReturn)).name
+    return out
 
 
 def _gpm_finish(nvml: Any, ask: Asker, record: GpuRecord, handle: Any, first: Any) -> None:
@@ -433,20 +560,20 @@ def _gpm_finish(nvml: Any, ask: Asker, record: GpuRecord, handle: Any, first: An
         if not taken.ok:
             record.fields["gpm"] = status_name(taken)
             return
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_ASKED)
-        request.sample1, request.sample2 = first, second.value
-        for slot, metric_id in enumerate(GPM_ASKED):
-            request.metrics[slot].metricId = metric_id
-        result = ask("nvmlGpmMetricsGet", nvml.nvmlGpmMetricsGet, request)
-        if not result.ok:
-            record.fields["gpm"] = status_name(result)
+        gpm = _gpm_answers(nvml, ask, first, second.value, GPM_ASKED)
+        if not isinstance(gpm, dict):
+            record.fields["gpm"] = gpm
             return
-        gpm: dict[str, Any] = {}
-        for slot, name in enumerate(GPM_ASKED.values()):
-            metric = result.value.metrics[slot]
-            gpm[name] = float(metric.value) if metric.nvmlReturn == 0 else NvmlReturn(int(metric.nvmlReturn)).name
+        _mig_gpm_finish(nvml, ask, record, handle)
+        links = len(record.fields.get("nvlink_up") or [])
+        rates: dict[str, list[Any]] = {"tx": [], "rx": []}
+        for link in range(GPM_NVLINK_MAX_LINKS):  # per link: FakeGpu.nvlink_mibps, for the links the GPU has
+            for direction in ("tx", "rx"):
+                rate = gpm.pop(f"nvlink_{direction}_{link}")
+                if link < links:
+                    rates[direction].append(rate)
+        if links:
+            record.fields["nvlink_mibps"] = rates
         record.fields["gpm"] = gpm
     finally:
         ask("nvmlGpmSampleFree", nvml.nvmlGpmSampleFree, first)

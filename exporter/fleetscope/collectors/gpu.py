@@ -25,9 +25,15 @@ from fleetscope.metrics import gpu
 from fleetscope.metrics.detail import Detail
 from fleetscope.metrics.families import FamilyBuilder
 from fleetscope.sources.fs import Root
-from fleetscope.sources.gpu_jobs import JobAttribution, attribute
+from fleetscope.sources.gpu_jobs import JobAttribution, attribute, attribute_pids
 from fleetscope.sources.kmsg import KmsgReader, boot_time
-from fleetscope.sources.nvml import GpuIdentity, NvmlReading, NvmlSource
+from fleetscope.sources.nvml import GpuIdentity, GpuSample, NvmlReading, NvmlSource
+from fleetscope.sources.nvml_h import (
+    FABRIC_STATE_COMPLETED,
+    FABRIC_STATE_IN_PROGRESS,
+    FABRIC_STATE_NOT_STARTED,
+    RETURN_CODES,
+)
 from fleetscope.sources.pci import PciGpu, list_gpus
 from fleetscope.sources.xid import (
     OTHER_GPU,
@@ -59,6 +65,7 @@ class GpuSnapshot:
     recent_xids: tuple[XidSighting, ...]
     jobs: Mapping[int, tuple[JobAttribution, ...]]
     labels_by_pci: Mapping[PciAddress, tuple[str, str]] = field(default_factory=dict)
+    mig_jobs: Mapping[tuple[int, int], tuple[JobAttribution, ...]] = field(default_factory=dict)  # (gpu, instance)
 
 
 class GpuCollector(Collector, HealthCheck, Closeable):
@@ -129,14 +136,19 @@ class GpuCollector(Collector, HealthCheck, Closeable):
             self._read_kmsg(set(self._labels_by_pci(nvml, pci_gpus)))
             labels = self._labels_by_pci(nvml, pci_gpus)  # with the uuids the driver's log just announced
             jobs: dict[int, tuple[JobAttribution, ...]] = {}
+            mig_jobs: dict[tuple[int, int], tuple[JobAttribution, ...]] = {}
             if nvml is not None:
                 pids = {s.identity.index: [p.pid for p in s.processes] for s in nvml.samples}
                 uuids = {s.identity.index: s.identity.uuid for s in nvml.samples}
                 jobs = attribute(self._procfs, self._jobs_dir, pids, uuids)
+                for (index, instance), instance_pids in _instance_pids(nvml.samples).items():
+                    found = attribute_pids(self._procfs, instance_pids)
+                    if found:
+                        mig_jobs[(index, instance)] = found
             cutoff = time.time() - self.config.gpu.xid_window
             return GpuSnapshot(
                 nvml, nvml_error, pci_gpus, self._ledger.counts(), self._ledger.last_timestamps(),
-                tuple(self._ledger.since(cutoff)), jobs, labels,
+                tuple(self._ledger.since(cutoff)), jobs, labels, mig_jobs,
             )
 
     def _labels_by_pci(
@@ -211,6 +223,13 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                 for key, values in sample.labelled.items():
                     for extra, value in values.items():
                         builder.add(gpu.NVML_TABLE[key], labels + extra, value)
+                fabric = sample.fabric
+                if fabric is not None and fabric.state == FABRIC_STATE_COMPLETED:
+                    builder.add_info(gpu.FABRIC_INFO, labels, {"clique_id": str(fabric.clique_id),
+                                                               "cluster_uuid": fabric.cluster_uuid})
+                for device in sample.mig:
+                    builder.add_info(gpu.MIG_INFO, (*labels, str(device.gpu_instance), str(device.compute_instance)),
+                                     {"mig_uuid": device.uuid, "name": device.name})
             for lost in nvml.lost:
                 identity = self._lost_identity(lost, snapshot)
                 self._add_identity(builder, identity)
@@ -228,6 +247,9 @@ class GpuCollector(Collector, HealthCheck, Closeable):
             for index, jobs in snapshot.jobs.items():
                 for job in jobs:
                     builder.add_info(gpu.JOB_INFO, (str(index), uuids.get(index, "")), asdict(job))
+            for (index, instance), jobs in sorted(snapshot.mig_jobs.items()):
+                for job in jobs:
+                    builder.add_info(gpu.MIG_JOB_INFO, (str(index), uuids.get(index, ""), str(instance)), asdict(job))
         return builder.families()
 
     @staticmethod
@@ -293,6 +315,7 @@ def findings(snapshot: GpuSnapshot, expected: int, xid_window: float, gpu_of: An
             down = [link for (link,), up in sample.labelled.get("nvlink_up", {}).items() if up == 0]
             if down:
                 bad(subject, f"NVLink down: link {', '.join(sorted(down, key=int))}")
+            out.extend(_fabric_findings(sample, subject))
     fatal: dict[tuple[str, int], int] = {}
     for sighting in snapshot.recent_xids:
         if is_fatal(sighting.xid):
@@ -301,3 +324,30 @@ def findings(snapshot: GpuSnapshot, expected: int, xid_window: float, gpu_of: An
     for (index, xid), count in sorted(fatal.items()):
         bad(f"gpu {index}", f"Xid {xid} ({xid_action(xid)}) x{count} in the last {xid_window:.0f}s")
     return out
+
+
+def _instance_pids(samples: tuple[GpuSample, ...]) -> dict[tuple[int, int], list[int]]:
+    """(GPU, MIG GPU instance) -> the pids NVML places in that instance."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for sample in samples:
+        for process in sample.processes:
+            if process.gpu_instance is not None:
+                out.setdefault((sample.identity.index, process.gpu_instance), []).append(process.pid)
+    return out
+
+
+def _fabric_findings(sample: GpuSample, subject: str) -> list[Finding]:
+    """The GPU's NVLink fabric registration: a GPU Fabric Manager has not registered cannot run CUDA (error 802).
+    State NOT_SUPPORTED (no NVSwitch fabric) and no answer at all (PCIe boards, older drivers) are no finding."""
+    fabric = sample.fabric
+    if fabric is None:
+        return []
+    if fabric.state == FABRIC_STATE_NOT_STARTED:
+        return [Finding("gpu", "unhealthy", subject, "not registered with the NVLink fabric (state not started): "
+                        "is nvidia-fabricmanager running? CUDA fails to initialise until it registers the GPU")]
+    if fabric.state == FABRIC_STATE_IN_PROGRESS:
+        return [Finding("gpu", "warning", subject, "NVLink fabric registration in progress")]
+    if fabric.state == FABRIC_STATE_COMPLETED and fabric.status:
+        name = RETURN_CODES.get(fabric.status, (f"error {fabric.status}", b""))[0]
+        return [Finding("gpu", "unhealthy", subject, f"NVLink fabric registration failed: {name}")]
+    return []

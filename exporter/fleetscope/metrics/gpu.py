@@ -177,6 +177,61 @@ TENSOR_ACTIVE_RATIO = _g(
 DRAM_ACTIVE_RATIO = _g(
     "fleetscope_gpu_dram_active_ratio", "DRAM bandwidth used relative to the theoretical maximum (GPM, Hopper+).",
     "NVML_GPM_METRIC_DRAM_BW_UTIL", "ratio", 0.01)
+# The NVLink fabric: on NVSwitch systems (HGX H100/H200/B200 boards: p5, p5e, p6) a GPU is usable only once Fabric
+# Manager registered it with the fabric; until then CUDA fails to initialise (error 802) while every gauge above
+# looks healthy.
+FABRIC_STATE = _g(
+    "fleetscope_gpu_fabric_state",
+    "The GPU's registration with the NVLink fabric (Fabric Manager): 0 not supported (no NVSwitch fabric, not a "
+    "fault), 1 not started, 2 in progress, 3 completed; absent where the driver or GPU cannot tell (PCIe boards, "
+    "pre-Hopper GPUs, drivers without the call).",
+    "nvmlDeviceGetGpuFabricInfoV.state (NVML_GPU_FABRIC_STATE_*)")
+FABRIC_STATUS = _g(
+    "fleetscope_gpu_fabric_status",
+    "The outcome of a completed fabric registration: 0 success, else the NVML error code (nvmlReturn_t) it failed "
+    "with; only once fleetscope_gpu_fabric_state is 3.",
+    "nvmlDeviceGetGpuFabricInfoV.status")
+FABRIC_INFO = MetricSpec(
+    "fleetscope_gpu_fabric_info", "info",
+    "The GPU's place in the NVLink fabric once registered: its clique (the GPUs it reaches over NVLink) and "
+    "cluster.", _GPU, raw="nvmlDeviceGetGpuFabricInfoV.cliqueId/clusterUuid", info_keys=("clique_id", "cluster_uuid"))
+NVLINK_BYTES_TOTAL = _g(
+    "fleetscope_gpu_nvlink_bytes_total",
+    "Data bytes the GPU sent (tx) and received (rx) over NVLink, per link (protocol overhead not counted). On "
+    "GPUs with GPM (Hopper+) GPM's rates summed over each collection interval since the daemon started; "
+    "elsewhere the driver's counters since it was loaded, read every slow interval.",
+    "NVML_GPM_METRIC_NVLINK_{TOTAL,L<n>}_{RX,TX}_PER_SEC (MiB/s); NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX} "
+    "(KiB, scope UINT_MAX for all links)", "bytes", 1024.0, ("link", "direction"),
+    AtDefault((*_GPU, "direction"), why="the fabric's traffic per GPU; a link's share matters only to find a slow "
+                                        "link"))
+# MIG: one GPU split into GPU instances (memory and SMs of their own), each holding compute instances.
+MIG_INFO = MetricSpec(
+    "fleetscope_gpu_mig_info", "info",
+    "A MIG device of the GPU (MIG enabled): its GPU instance and compute instance ids, its UUID (MIG-..., what "
+    "CUDA_VISIBLE_DEVICES and the kubelet name it by) and its name (the profile, e.g. 1g.18gb).",
+    (*_GPU, "gpu_instance", "compute_instance"),
+    raw="nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetGpuInstanceId/ComputeInstanceId/UUID/Name",
+    info_keys=("mig_uuid", "name"))
+MIG_MEMORY_USED_BYTES = _g(
+    "fleetscope_gpu_mig_memory_used_bytes", "Device memory allocated in this MIG GPU instance.",
+    "nvmlDeviceGetMemoryInfo(MIG device).used", "bytes", labels=("gpu_instance",))
+MIG_MEMORY_TOTAL_BYTES = _g(
+    "fleetscope_gpu_mig_memory_total_bytes", "Device memory of this MIG GPU instance.",
+    "nvmlDeviceGetMemoryInfo(MIG device).total", "bytes", labels=("gpu_instance",))
+MIG_SM_ACTIVE_RATIO = _g(
+    "fleetscope_gpu_mig_sm_active_ratio",
+    "Share of the instance's SMs busy between two GPM samples of it (Hopper+): its activity, where MIG leaves "
+    "fleetscope_gpu_utilization_ratio unsupported.",
+    "nvmlGpmMigSampleGet, NVML_GPM_METRIC_SM_UTIL", "ratio", 0.01, ("gpu_instance",))
+MIG_SM_OCCUPANCY_RATIO = _g(
+    "fleetscope_gpu_mig_sm_occupancy_ratio", "Resident warps of the instance relative to its maximum (GPM).",
+    "nvmlGpmMigSampleGet, NVML_GPM_METRIC_SM_OCCUPANCY", "ratio", 0.01, ("gpu_instance",))
+MIG_TENSOR_ACTIVE_RATIO = _g(
+    "fleetscope_gpu_mig_tensor_active_ratio", "Share of time the instance's SMs ran tensor-core work (GPM).",
+    "nvmlGpmMigSampleGet, NVML_GPM_METRIC_ANY_TENSOR_UTIL", "ratio", 0.01, ("gpu_instance",))
+MIG_DRAM_ACTIVE_RATIO = _g(
+    "fleetscope_gpu_mig_dram_active_ratio", "DRAM bandwidth the instance used relative to its maximum (GPM).",
+    "nvmlGpmMigSampleGet, NVML_GPM_METRIC_DRAM_BW_UTIL", "ratio", 0.01, ("gpu_instance",))
 LOST = _g(
     "fleetscope_gpu_lost", "1 if NVML reports the GPU lost (GPU_IS_LOST: fallen off the bus), else 0.",
     "NVML_ERROR_GPU_IS_LOST")
@@ -232,6 +287,17 @@ NVML_TABLE = table(
         ("sm_occupancy", SM_OCCUPANCY_RATIO),
         ("tensor_active", TENSOR_ACTIVE_RATIO),
         ("dram_active", DRAM_ACTIVE_RATIO),
+        ("fabric_state", FABRIC_STATE),
+        ("fabric_status", FABRIC_STATUS),
+        ("fabric_info", FABRIC_INFO),
+        ("nvlink_bytes", NVLINK_BYTES_TOTAL),
+        ("mig_info", MIG_INFO),
+        ("mig_memory_used", MIG_MEMORY_USED_BYTES),
+        ("mig_memory_total", MIG_MEMORY_TOTAL_BYTES),
+        ("mig_sm_active", MIG_SM_ACTIVE_RATIO),
+        ("mig_sm_occupancy", MIG_SM_OCCUPANCY_RATIO),
+        ("mig_tensor_active", MIG_TENSOR_ACTIVE_RATIO),
+        ("mig_dram_active", MIG_DRAM_ACTIVE_RATIO),
         ("lost", LOST),
         ("nvml_devices", NVML_DEVICES),
     ],
@@ -285,10 +351,17 @@ JOB_INFO = MetricSpec(
     _GPU, raw="/proc/<pid>/{cgroup,environ}, --gpu.jobs-dir",
     info_keys=("training_job", "rank", "local_rank", "slurm_job_id", "pod_uid", "container"))
 
+MIG_JOB_INFO = MetricSpec(
+    "fleetscope_gpu_mig_job_info", "info",
+    "A job using this MIG GPU instance (its processes' instance, as NVML reports it), as fleetscope_gpu_job_info "
+    "for a whole GPU.",
+    (*_GPU, "gpu_instance"), raw="nvmlDeviceGetComputeRunningProcesses.gpuInstanceId, /proc/<pid>/{cgroup,environ}",
+    info_keys=JOB_INFO.info_keys)
+
 JOBS_TABLE = table(
     "gpu_jobs",
     "GPU-to-job attribution from the GPU's processes (procfs cgroup and environment) and Slurm prolog records.",
-    [("job_info", JOB_INFO)],
+    [("job_info", JOB_INFO), ("mig_job_info", MIG_JOB_INFO)],
     collector="gpu",
 )
 

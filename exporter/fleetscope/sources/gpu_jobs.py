@@ -148,13 +148,19 @@ def attribute(
     records = prolog_jobs(jobs_dir, gpu_uuids)
     out: dict[int, tuple[JobAttribution, ...]] = {}
     for index in sorted(set(gpu_pids) | set(records)):
-        found: dict[JobAttribution, None] = {}
-        for pid in gpu_pids.get(index, ()):
-            job = attribute_process(procfs, pid)
-            if job is not None:
-                found[job] = None
+        found = dict.fromkeys(attribute_pids(procfs, gpu_pids.get(index, ())))
         if not found and index in records:
             found[JobAttribution(training_job=records[index], slurm_job_id=records[index])] = None
         if found:
             out[index] = tuple(found)
     return out
+
+
+def attribute_pids(procfs: Root, pids: Iterable[int]) -> tuple[JobAttribution, ...]:
+    """The distinct jobs of some processes (a GPU's, or a MIG GPU instance's), in the order first seen."""
+    found: dict[JobAttribution, None] = {}
+    for pid in pids:
+        job = attribute_process(procfs, pid)
+        if job is not None:
+            found[job] = None
+    return tuple(found)

@@ -46,6 +46,8 @@ turns it into base units.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import threading
 import time
@@ -58,6 +60,8 @@ from fleetscope.sources.nvml_h import (
     ARCHITECTURES,
     CLOCK_TYPES,
     EVENT_XID,
+    FABRIC_STATE_COMPLETED,
+    FABRIC_STATE_NOT_SUPPORTED,
     FI_DEV_ECC_SBE_VOL_TOTAL,
     FI_DEV_NVLINK_GET_STATE,
     FI_DEV_NVLINK_LINK_COUNT,
@@ -65,13 +69,19 @@ from fleetscope.sources.nvml_h import (
     FI_DEV_REMAPPED_COR,
     FI_DEV_TOTAL_ENERGY_CONSUMPTION,
     GPM_METRICS,
+    GPM_NVLINK_MAX_LINKS,
+    GPM_NVLINK_TOTAL,
     GPM_PCIE,
     GPU_FIELDS,
     LINK_FIELDS,
+    NO_INSTANCE,
+    NVLINK_BYTE_FIELDS,
     PCIE_BYTE_FIELDS,
+    SCOPE_ALL_LINKS,
     THROTTLE_BITS,
     WATCHED_EVENTS,
     Field,
+    gpm_nvlink_link_metrics,
 )
 from fleetscope.sources.xid import PciAddress, XidSighting
 
@@ -86,7 +96,14 @@ NvmlValue = Literal[
     "pcie_errors", "pcie_link_events", "pcie_bytes", "pcie_generation", "pcie_max_generation", "pcie_width",
     "pcie_max_width", "pcie_throughput", "nvlink_up", "nvlink_errors", "performance_state", "fan_speed",
     "recovery_action", "processes", "process_memory", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+    "fabric_state", "fabric_status", "nvlink_bytes", "mig_memory_used", "mig_memory_total", "mig_sm_active",
+    "mig_sm_occupancy", "mig_tensor_active", "mig_dram_active",
 ]
+# GPM's ratios of a whole GPU -> those of one of its MIG GPU instances (nvmlGpmMigSampleGet). Not GPM's graphics
+# activity (NVML_GPM_METRIC_GRAPHICS_UTIL): on an H200 (driver 580) asking it made nvmlGpmMetricsGet 1.5 ms instead
+# of 20 us (docs/benchmarks.md), so the GPU's activity stays NVML's utilization, and an instance's its SMs'.
+MIG_GPM: dict[NvmlValue, NvmlValue] = {"sm_active": "mig_sm_active", "sm_occupancy": "mig_sm_occupancy",
+                                       "tensor_active": "mig_tensor_active", "dram_active": "mig_dram_active"}
 # (error_type, counter_type) -> nvmlDeviceGetTotalEccErrors arguments, when field values are unavailable.
 ECC_COUNTERS = {("corrected", "volatile"): (0, 0), ("uncorrected", "volatile"): (1, 0),
                 ("corrected", "aggregate"): (0, 1), ("uncorrected", "aggregate"): (1, 1)}
@@ -128,6 +145,28 @@ class GpuIdentity:
 class GpuProcess:
     pid: int
     used_bytes: int | None
+    gpu_instance: int | None = None  # the MIG GPU instance it runs in (None: the whole GPU)
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """The GPU in the NVLink fabric (nvmlDeviceGetGpuFabricInfoV): its registration state with Fabric Manager,
+    and once that completed, its status (an nvmlReturn_t), clique and cluster."""
+
+    state: int
+    status: int | None = None  # nvml.h: "must be checked only if state returns complete"
+    clique_id: int = 0
+    cluster_uuid: str = ""
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU (a compute instance within a GPU instance)."""
+
+    gpu_instance: int
+    compute_instance: int
+    uuid: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +178,8 @@ class GpuSample:
     labelled: Mapping[NvmlValue, Mapping[tuple[str, ...], float]] = field(default_factory=dict)
     processes: tuple[GpuProcess, ...] = ()
     nvlink_links: int = 0
+    fabric: FabricInfo | None = None
+    mig: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +230,12 @@ class _Gpu:
     gpm_pcie: bool = False  # GPM answers PCIe rates: no need for the byte counters
     gpm_samples: list[Any] = field(default_factory=list)  # [previous, current], reused every collection
     gpm_primed: bool = False
+    gpm_sampled_at: float = 0.0  # when the current sample was taken (the reader's clock)
+    gpm_nvlink: bool = False  # GPM answers NVLink rates: no need for the byte counters
+    nvlink_kib: dict[tuple[str, ...], float] = field(default_factory=dict)  # GPM's NVLink rates, summed over time
+    fabric: FabricInfo | None = None  # the last slow read's
+    mig: list[tuple[Any, MigDevice]] = field(default_factory=list)  # (handle, device), enumerated at slow reads
+    mig_samples: dict[int, list[Any]] = field(default_factory=dict)  # GPU instance -> [previous, current]
     since_load: dict[tuple[str, ...], float] = field(default_factory=dict)  # counters only a reset lowers
 
 
@@ -262,7 +309,7 @@ class NvmlSource:
         """Drop what is kept of one GPU: the next reading starts it afresh (handle, identity, constants)."""
         gpu = self._gpus.pop(index, None)
         if gpu is not None and self._nvml is not None:
-            for sample in gpu.gpm_samples:
+            for sample in [*gpu.gpm_samples, *(s for pair in gpu.mig_samples.values() for s in pair)]:
                 with contextlib.suppress(Exception):
                     self._nvml.nvmlGpmSampleFree(sample)
 
@@ -435,7 +482,7 @@ class NvmlSource:
                   if (f.cost == "fast" or (slow and f.cost == "slow")) and self._wanted(gpu, f)]
         links = range(gpu.nvlink_links)
         fields = self._field_values(index, gpu.handle,
-                                    [(f.id, link) for f in wanted for link in (links if f.per_link else (0,))])
+                                    [(f.id, scope) for f in wanted for scope in self._scopes(f, links)])
         for f in wanted:
             if f.cost == "fast" and f.value is not None and not f.per_link:
                 values.put(f.value, fields.get((f.id, 0)), f.labels)
@@ -444,14 +491,31 @@ class NvmlSource:
             while gpu.slow_due <= self._now:  # the GPU keeps its place in the interval
                 gpu.slow_due += self.slow_interval
             gpu.slow = self._read_slow(index, gpu, [f for f in wanted if f.cost == "slow"], fields)
+            gpu.fabric = self._read_fabric(index, gpu.handle)
+            if gpu.identity.mig_mode == "enabled":
+                gpu.mig = self._read_mig_devices(index, gpu.handle)
             self._check_since_load(index, gpu)
         values.merge(gpu.slow)
+        if gpu.fabric is not None:
+            values.put("fabric_state", gpu.fabric.state)
+            values.put("fabric_status", gpu.fabric.status)
+        if gpu.mig:
+            self._read_mig(index, gpu, values)
         processes = self._read_processes(index, gpu.handle, values)
-        return GpuSample(gpu.identity, values.scalars, values.labelled, processes, gpu.nvlink_links)
+        return GpuSample(gpu.identity, values.scalars, values.labelled, processes, gpu.nvlink_links, gpu.fabric,
+                         tuple(device for _, device in gpu.mig))
+
+    def _scopes(self, field: Field, links: range) -> Iterable[int]:
+        """The scopes a field is asked with: each link (the driver's sum of them at the default level), or none."""
+        if not field.per_link:
+            return (0,)
+        return (SCOPE_ALL_LINKS,) if field.all_links and not self.per_link and links else links
 
     def _wanted(self, gpu: _Gpu, field: Field) -> bool:
         """Whether this GPU is asked ``field``: at this detail level, and the PCIe bytes only without GPM rates."""
         if field.detail not in ("any", "all" if self.per_link else "default"):
+            return False
+        if field.id in NVLINK_BYTE_FIELDS and (gpu.gpm_nvlink or not gpu.nvlink_links):
             return False
         return not (field.id in PCIE_BYTE_FIELDS and gpu.gpm_pcie)
 
@@ -476,6 +540,7 @@ class NvmlSource:
         support = attempt("gpm_support", nvml.nvmlGpmQueryDeviceSupport)
         gpu.gpm = bool(support is not None and support.isSupportedDevice)
         gpu.gpm_pcie = gpu.gpm  # until GPM says otherwise
+        gpu.gpm_nvlink = gpu.gpm and gpu.nvlink_links > 0
         gpu.gpm_primed = False
         return out
 
@@ -538,7 +603,9 @@ class NvmlSource:
         for f in wanted:
             if f.value is None:
                 continue
-            if f.per_link:
+            if f.per_link and f.all_links and not self.per_link:  # the driver's sum over the links
+                out.put(f.value, fields.get((f.id, SCOPE_ALL_LINKS)), ("", *f.labels))
+            elif f.per_link:
                 for link in range(gpu.nvlink_links):
                     value = fields.get((f.id, link))
                     if f.id == FI_DEV_NVLINK_GET_STATE:
@@ -609,7 +676,8 @@ class NvmlSource:
         )
         if processes is None:
             return ()
-        procs = tuple(GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+        procs = tuple(GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+                                 _instance(getattr(p, "gpuInstanceId", NO_INSTANCE)))
                       for p in processes)
         out.put("processes", len(procs))
         out.put("process_memory", sum(p.used_bytes or 0 for p in procs))
@@ -637,18 +705,16 @@ class NvmlSource:
         return out
 
     def _read_gpm(self, index: int, gpu: _Gpu, out: _Values) -> None:
-        """GPM ratios and PCIe rates between this collection's sample and the previous one (two buffers, reused)."""
+        """GPM ratios, PCIe and NVLink rates between this collection's sample and the previous one (two buffers,
+        reused). NVLink rates are summed over the interval into byte counters (KiB, as the field values count)."""
         nvml = self._nvml
-        while len(gpu.gpm_samples) < 2:  # kept for the GPU's life: one allocation, not one per collection
-            sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
-            if sample is None:
-                return
-            gpu.gpm_samples.append(sample)
-        previous, current = gpu.gpm_samples
-        if self._attempt(index, "gpm_sample", nvml.nvmlGpmSampleGet, gpu.handle, current) is None:
+        if not self._gpm_sample(index, gpu.gpm_samples,
+                                lambda sample: nvml.nvmlGpmSampleGet(gpu.handle, sample), "gpm_sample"):
             gpu.gpm_primed = False
             return
-        gpu.gpm_samples.reverse()  # this sample is the next collection's previous one
+        previous, current = gpu.gpm_samples[1], gpu.gpm_samples[0]  # swapped: [0] is the sample just taken
+        elapsed = self._now - gpu.gpm_sampled_at
+        gpu.gpm_sampled_at = self._now
         if not gpu.gpm_primed:
             gpu.gpm_primed = True
             return  # the first sample: ratios need two
@@ -657,23 +723,145 @@ class NvmlSource:
             **({metric: ("pcie_throughput", (direction,)) for metric, direction in GPM_PCIE.items()}
                if gpu.gpm_pcie else {}),
         }
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(wanted)
-        request.sample1, request.sample2 = previous, current
-        for slot, metric_id in enumerate(wanted):
-            request.metrics[slot].metricId = metric_id
-        result = self._attempt(index, "gpm_metrics", nvml.nvmlGpmMetricsGet, request)
-        if result is None:
+        nvlink: dict[int, tuple[str, ...]] = {}
+        if gpu.gpm_nvlink:
+            if self.per_link:
+                for link in range(min(gpu.nvlink_links, GPM_NVLINK_MAX_LINKS)):
+                    nvlink.update({m: (str(link), d) for m, d in gpm_nvlink_link_metrics(link).items()})
+            else:
+                nvlink = {metric: ("", direction) for metric, direction in GPM_NVLINK_TOTAL.items()}
+        answers = self._gpm_metrics(index, previous, current, [*wanted, *nvlink])
+        if answers is None:
             return
-        for slot, (metric_id, (key, labels)) in enumerate(wanted.items()):
-            metric = result.metrics[slot]
-            if metric.nvmlReturn != nvml.NVML_SUCCESS:
+        for metric_id, (key, labels) in wanted.items():
+            value = answers.get(metric_id)
+            if value is None:
                 if metric_id in GPM_PCIE:
                     gpu.gpm_pcie = False  # read the byte counters instead, from the next slow read on
                 continue
             # GPM's PCIe rates are MiB/s; the reading keeps NVML's PCIe throughput unit, KB/s.
-            out.put(key, metric.value * 1024 if metric_id in GPM_PCIE else metric.value, labels)
+            out.put(key, value * 1024 if metric_id in GPM_PCIE else value, labels)
+        if nvlink and any(answers.get(metric_id) is None for metric_id in nvlink):
+            gpu.gpm_nvlink = False  # the NVLink byte counters instead, from the next slow read on
+            gpu.nvlink_kib.clear()
+            return
+        for metric_id, labels in nvlink.items():  # MiB/s over the interval -> KiB moved
+            gpu.nvlink_kib[labels] = gpu.nvlink_kib.get(labels, 0.0) + answers[metric_id] * 1024 * elapsed
+        for labels, kib in gpu.nvlink_kib.items():
+            out.put("nvlink_bytes", kib, labels)
+
+    def _gpm_sample(self, index: int, pair: list[Any], take: Callable[[Any], Any], key: str) -> bool:
+        """Take a GPM sample into the older of ``pair``'s two buffers (allocated once) and put it first."""
+        nvml = self._nvml
+        while len(pair) < 2:  # kept for the GPU's life: one allocation, not one per collection
+            sample = self._attempt(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+            if sample is None:
+                return False
+            pair.append(sample)
+        pair.reverse()  # [older, newer] -> the older buffer takes this sample
+        return self._attempt(index, key, take, pair[0]) is not None
+
+    def _gpm_metrics(self, index: int, previous: Any, current: Any, metric_ids: list[int]) -> dict[int, float] | None:
+        """metric id -> value of those GPM answered between two samples (None: the call failed)."""
+        nvml = self._nvml
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1, request.sample2 = previous, current
+        for slot, metric_id in enumerate(metric_ids):
+            request.metrics[slot].metricId = metric_id
+        result = self._attempt(index, "gpm_metrics", nvml.nvmlGpmMetricsGet, request)
+        if result is None:
+            return None
+        return {metric_id: float(result.metrics[slot].value) for slot, metric_id in enumerate(metric_ids)
+                if result.metrics[slot].nvmlReturn == nvml.NVML_SUCCESS}
+
+    # -- fabric and MIG ----------------------------------------------------------------------------
+
+    def _read_fabric(self, index: int, handle: Any) -> FabricInfo | None:
+        """The GPU's NVLink fabric registration (Hopper+ with NVSwitch); None where the call is not supported
+        (PCIe cards, older GPUs and drivers). A GPU that answers state NOT_SUPPORTED says so: kept as state 0."""
+        nvml = self._nvml
+
+        def versioned() -> Any:
+            info = nvml.c_nvmlGpuFabricInfo_v2_t()  # sets its version, nvmlGpuFabricInfo_v2
+            nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+            return info
+
+        def first() -> Any:  # drivers before nvmlDeviceGetGpuFabricInfoV (R535): deprecated, same fields
+            info = nvml.c_nvmlGpuFabricInfo_t()
+            nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            return info
+
+        info = self._first(index, ("fabric_info_v", versioned), ("fabric_info", first))
+        if info is None:
+            return None
+        state = int(info.state)
+        if state != FABRIC_STATE_COMPLETED:
+            return FabricInfo(state if state in range(FABRIC_STATE_NOT_SUPPORTED, FABRIC_STATE_COMPLETED) else -1)
+        raw = bytes(info.clusterUuid)
+        cluster = "" if not any(raw) else "-".join((raw[:4].hex(), raw[4:6].hex(), raw[6:8].hex(), raw[8:10].hex(),
+                                                    raw[10:].hex()))
+        return FabricInfo(state, int(info.status), int(info.cliqueId), cluster)
+
+    def _read_mig_devices(self, index: int, handle: Any) -> list[tuple[Any, MigDevice]]:
+        """The GPU's MIG devices: each slot up to nvmlDeviceGetMaxMigDeviceCount; an empty slot answers NOT_FOUND."""
+        nvml = self._nvml
+        count = self._attempt(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+        out: list[tuple[Any, MigDevice]] = []
+        for slot in range(int(count or 0)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError_GpuIsLost:
+                raise GpuLost(index) from None
+            except nvml.NVMLError as exc:
+                if type(exc).__name__ not in ("NVMLError_NotFound", "NVMLError_InvalidArgument"):
+                    self._refused(index, "mig_handle", exc)
+                continue
+            gi = self._attempt(index, "mig_gpu_instance", nvml.nvmlDeviceGetGpuInstanceId, mig)
+            ci = self._attempt(index, "mig_compute_instance", nvml.nvmlDeviceGetComputeInstanceId, mig)
+            if gi is None:
+                continue
+            out.append((mig, MigDevice(int(gi), int(ci or 0),
+                                       str(self._attempt(index, "mig_uuid", nvml.nvmlDeviceGetUUID, mig) or ""),
+                                       str(self._attempt(index, "mig_name", nvml.nvmlDeviceGetName, mig) or ""))))
+        return out
+
+    def _read_mig(self, index: int, gpu: _Gpu, out: _Values) -> None:
+        """Per GPU instance: its memory (the instance's own, which its compute instances share) and GPM's ratios
+        of its own sample (nvmlGpmMigSampleGet), every collection."""
+        nvml = self._nvml
+        seen: set[int] = set()
+        for mig, device in gpu.mig:
+            gi = device.gpu_instance
+            if gi in seen:
+                continue
+            seen.add(gi)
+            labels = (str(gi),)
+            memory = self._attempt(index, "mig_memory", nvml.nvmlDeviceGetMemoryInfo, mig)
+            if memory is not None:
+                out.put("mig_memory_used", memory.used, labels)
+                out.put("mig_memory_total", memory.total, labels)
+            if not gpu.gpm:
+                continue
+            pair = gpu.mig_samples.setdefault(gi, [])
+            primed = len(pair) == 2
+            take = functools.partial(nvml.nvmlGpmMigSampleGet, gpu.handle, gi)
+            if not self._gpm_sample(index, pair, take, "gpm_mig_sample"):
+                for sample in gpu.mig_samples.pop(gi, []):  # primed again from two fresh samples
+                    with contextlib.suppress(Exception):
+                        nvml.nvmlGpmSampleFree(sample)
+                continue
+            if not primed:
+                continue
+            answers = self._gpm_metrics(index, pair[1], pair[0], list(GPM_METRICS)) or {}
+            for metric_id, key in GPM_METRICS.items():
+                out.put(MIG_GPM[key], answers.get(metric_id), labels)
+
+
+def _instance(value: Any) -> int | None:
+    """A process's or an event's MIG GPU instance id, None for the whole GPU (NO_INSTANCE, or not given)."""
+    return None if value is None or int(value) == NO_INSTANCE else int(value)
 
 
 def _field_value(item: Any) -> float:

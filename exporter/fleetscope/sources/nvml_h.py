@@ -132,6 +132,10 @@ FI_DEV_PCIE_COUNT_NON_FATAL_ERROR = 179
 FI_DEV_PCIE_COUNT_FATAL_ERROR = 180
 FI_DEV_PCIE_COUNT_TX_BYTES = 197
 FI_DEV_PCIE_COUNT_RX_BYTES = 198
+FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB of data sent over a link (scopeId: the link; SCOPE_ALL_LINKS: all)
+FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+# nvml.h: "A scopeId of UINT_MAX returns aggregate value summed up across all links" (the throughput fields)
+SCOPE_ALL_LINKS = 0xFFFFFFFF
 
 # How often the reader asks a value (fleetscope.sources.nvml): once per GPU (and after a reset), every
 # slow interval, or every collection. Every field here is ``slow`` but the NVLink link count, a constant:
@@ -152,7 +156,8 @@ class Field:
     count). ``home``: where the NVML fake keeps it, a ``FakeGpu`` attribute and the key within it
     (None: the attribute itself); the capture writes the answer there. ``per_link``: scoped by NVLink
     (``scopeId`` is the link), asked once per link the GPU has. ``cost``: how often the reader asks it;
-    ``detail``: at which detail level.
+    ``detail``: at which detail level. ``all_links``: a per-link field the driver also sums over every link
+    (scope :data:`SCOPE_ALL_LINKS`): at the default level it is asked once so, not once per link.
     """
 
     id: int
@@ -162,6 +167,7 @@ class Field:
     per_link: bool = False
     cost: Cost = "slow"
     detail: Detail = "any"
+    all_links: bool = False
 
 
 FIELDS: tuple[Field, ...] = (
@@ -223,12 +229,19 @@ FIELDS: tuple[Field, ...] = (
           detail="default"),
     Field(FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, "nvlink_errors", ("crc",), ("nvlink_error_totals", "crc_data"),
           detail="default"),
+    # NVLink data bytes (KiB counters): asked only of a GPU whose GPM gives no NVLink rates (NVLINK_BYTE_FIELDS),
+    # summed by the driver at the default level, per link at detail=all
+    Field(FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_bytes", ("tx",), ("nvlink_kib", "tx"), per_link=True,
+          all_links=True),
+    Field(FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_bytes", ("rx",), ("nvlink_kib", "rx"), per_link=True,
+          all_links=True),
 )
 FIELDS_BY_ID = {field.id: field for field in FIELDS}
 # Asked in the first batch, per GPU (the link count among them); the per-link ones follow per link.
 GPU_FIELDS = tuple(field for field in FIELDS if not field.per_link)
 LINK_FIELDS = tuple(field for field in FIELDS if field.per_link)
 PCIE_BYTE_FIELDS = (FI_DEV_PCIE_COUNT_TX_BYTES, FI_DEV_PCIE_COUNT_RX_BYTES)
+NVLINK_BYTE_FIELDS = (FI_DEV_NVLINK_THROUGHPUT_DATA_TX, FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
 
 # nvmlEventType* bits
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -258,6 +271,29 @@ CLOCK_TYPES = {"graphics": 0, "sm": 1, "memory": 2}
 GPM_METRICS: dict[int, NvmlValue] = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
 # NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC (MiB/s) -> the direction label of the PCIe throughput
 GPM_PCIE = {20: "tx", 21: "rx"}
+# NVML_GPM_METRIC_NVLINK_TOTAL_{RX,TX}_PER_SEC (MiB/s, all links) -> the direction label
+GPM_NVLINK_TOTAL = {60: "rx", 61: "tx"}
+GPM_NVLINK_MAX_LINKS = 36  # NVML_GPM_METRIC_NVLINK_L<n>_{RX,TX}_PER_SEC exist for links 0-35
+
+
+def gpm_nvlink_link_metrics(link: int) -> dict[int, str]:
+    """NVML_GPM_METRIC_NVLINK_L<link>_{RX,TX}_PER_SEC (MiB/s) -> direction: links 0-17 from id 62, 18-35 from 212."""
+    first = 62 + 2 * link if link < 18 else 212 + 2 * (link - 18)
+    return {first: "rx", first + 1: "tx"}
+
+
+# nvmlGpuFabricState_t (NVML_GPU_FABRIC_STATE_*): the GPU's registration with the NVLink fabric (Fabric Manager)
+FABRIC_STATE_NOT_SUPPORTED = 0
+FABRIC_STATE_NOT_STARTED = 1
+FABRIC_STATE_IN_PROGRESS = 2
+FABRIC_STATE_COMPLETED = 3
+FABRIC_STATES = {FABRIC_STATE_NOT_SUPPORTED: "not_supported", FABRIC_STATE_NOT_STARTED: "not_started",
+                 FABRIC_STATE_IN_PROGRESS: "in_progress", FABRIC_STATE_COMPLETED: "completed"}
+# nvmlGpuFabricInfo_v2 / _v3: the struct versions nvmlDeviceGetGpuFabricInfoV takes
+FABRIC_INFO_V2 = 0x02000024
+FABRIC_INFO_V3 = 0x03000028
+# nvmlGpuInstanceId / computeInstanceId of a process or an event that no MIG instance owns
+NO_INSTANCE = 0xFFFFFFFF
 
 # nvmlDeviceArchitecture_t (NVML_DEVICE_ARCH_*)
 ARCHITECTURES = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere", 8: "ada",

@@ -39,6 +39,7 @@ from fleetscope.sources.nvml_h import (
     ERROR_GPU_IS_LOST,
     ERROR_INSUFFICIENT_SIZE,
     ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     ERROR_TIMEOUT,
     ERROR_UNINITIALIZED,
@@ -47,16 +48,24 @@ from fleetscope.sources.nvml_h import (
     EVENT_DRAM_RETIREMENT_FAILURE,
     EVENT_SINGLE_BIT_ECC,
     EVENT_XID,
+    FABRIC_INFO_V2,
+    FABRIC_INFO_V3,
+    FABRIC_STATE_COMPLETED,
     FI_DEV_NVLINK_GET_STATE,
     FI_DEV_NVLINK_LINK_COUNT,
     FIELDS,
     FIELDS_BY_ID,
     GPM_METRICS,
+    GPM_NVLINK_MAX_LINKS,
+    GPM_NVLINK_TOTAL,
     GPM_PCIE,
+    NO_INSTANCE,
     RETURN_CODES,
+    SCOPE_ALL_LINKS,
     SUCCESS,
     THROTTLE_BITS,
     NvmlReturn,
+    gpm_nvlink_link_metrics,
 )
 from fleetscope_sim.nvml_fake.latency import Booked, LatencyModel
 
@@ -68,8 +77,15 @@ THROTTLED_REASONS = tuple(key for field in FIELDS if field.home[0] == "throttle_
 
 # NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC (MiB/s) -> the key GPM's answers are kept under
 GPM_PCIE_KEYS = {metric: f"pcie_{direction}" for metric, direction in GPM_PCIE.items()}
+# NVML_GPM_METRIC_NVLINK_{TOTAL,L<n>}_{RX,TX}_PER_SEC -> (link or None for all links, direction)
+GPM_NVLINK_KEYS: dict[int, tuple[int | None, str]] = {
+    **{metric: (None, direction) for metric, direction in GPM_NVLINK_TOTAL.items()},
+    **{metric: (link, direction) for link in range(GPM_NVLINK_MAX_LINKS)
+       for metric, direction in gpm_nvlink_link_metrics(link).items()},
+}
 
 HANDLE_BASE = 0x7F0000001000
+MIG_HANDLE_BASE = 0x7F0000400000  # + gpu * 0x1000 + slot * 0x10: a MIG device's handle
 SET_BASE = 0x7F0000800000
 SAMPLE_BASE = 0x7F0000C00000
 VALUE_TYPE_DOUBLE, VALUE_TYPE_UINT, VALUE_TYPE_ULL, VALUE_TYPE_SLL = 0, 1, 3, 4
@@ -145,6 +161,19 @@ class FakeGpu:
     # (pid, used bytes or None: NVML_VALUE_NOT_AVAILABLE), or the call's return code
     processes: list[Sequence[int | None]] | NvmlReturn = field(default_factory=list)
     gpm: dict[str, float | NvmlReturn] | NvmlReturn | None = field(default_factory=_idle_gpm)
+    # nvmlDeviceGetGpuFabricInfoV: {"state": 0-3, "status": 0 or a return code, "clique_id", "cluster_uuid",
+    # "health_mask"} (keys not given: 0, ""); None: the call answers NOT_SUPPORTED (PCIe boards, pre-Hopper)
+    fabric: dict[str, Any] | NvmlReturn | None = None
+    # NVLink data moved per link: KiB counters since driver load (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, by
+    # "tx"/"rx"), and the rates GPM reports per link (MiB/s, NVML_GPM_METRIC_NVLINK_*_PER_SEC). Not given:
+    # NOT_SUPPORTED, so a capture taken before fleetscope read them replays no zeros.
+    nvlink_kib: dict[str, Any] = field(default_factory=dict)  # direction -> per-link list (one number: every link)
+    nvlink_mibps: dict[str, Any] = field(default_factory=dict)
+    # nvmlDeviceGetMaxMigDeviceCount (None: a GPU without MIG), and the MIG devices while mig_mode is 1, each
+    # {"gpu_instance", "compute_instance", "slot", "name", "uuid", "memory_total", "memory_used", "gpm": {...},
+    # "processes": [[pid, used]]}
+    max_mig_devices: Answer = 7
+    mig_devices: list[dict[str, Any]] = field(default_factory=list)
     supported_events: Answer = (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID | EVENT_DRAM_RETIREMENT
                                  | EVENT_DRAM_RETIREMENT_FAILURE)
     # Entry points (C symbol) and fields ("field:<id>") of this GPU that answer a code of their own.
@@ -159,6 +188,25 @@ class FakeGpu:
             self.uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
         for kind in ("replay", "recovery", "crc"):
             self.nvlink_errors.setdefault(kind, [0] * len(self.nvlink_up))
+        for per_link in (self.nvlink_kib, self.nvlink_mibps):  # one number: the same on every link
+            for direction in ("tx", "rx"):
+                value = per_link.setdefault(direction, [None] * len(self.nvlink_up))
+                if not isinstance(value, list):
+                    per_link[direction] = [value] * len(self.nvlink_up)
+        self.mig_devices = [dict(device) for device in self.mig_devices]  # a GPU's own (scenarios share them)
+        for slot, device in enumerate(self.mig_devices):
+            device.setdefault("slot", slot)
+            device.setdefault("compute_instance", 0)
+            if not device.get("uuid"):
+                seed = f"{self.uuid}:{device['gpu_instance']}:{device['compute_instance']}"
+                text = hashlib.sha256(seed.encode()).hexdigest()
+                device["uuid"] = f"MIG-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+    def mig_slot(self, slot: int) -> dict[str, Any] | None:
+        """The MIG device in that slot (nvmlDeviceGetMigDeviceHandleByIndex), while MIG is enabled."""
+        if self.mig_mode != 1:
+            return None
+        return next((device for device in self.mig_devices if device["slot"] == slot), None)
 
     @property
     def bus_id(self) -> str:
@@ -200,6 +248,12 @@ class FakeGpu:
         for key, kbps in (("pcie_tx", self.pcie_tx_kbps), ("pcie_rx", self.pcie_rx_kbps)):
             if key not in gpm and gpm:
                 gpm[key] = kbps / 1024 if isinstance(kbps, int) else kbps
+        if gpm and self.nvlink_up:  # NVLink rates per link and in all, as GPM reports them (MiB/s)
+            for direction, rates in self.nvlink_mibps.items():
+                for link, rate in enumerate(rates):
+                    gpm[f"nvlink_{direction}_{link}"] = rate
+                numbers = [r for r in rates if isinstance(r, (int, float))]
+                gpm.setdefault(f"nvlink_{direction}", sum(numbers) if len(numbers) == len(rates) else None)
         return gpm
 
     def throttle(self, *reasons: str) -> None:
@@ -533,6 +587,12 @@ class FakeNvml:
     # -- identity --------------------------------------------------------------------------------
 
     def _string_query(self, handle: Any, function: str, attr: str, buffer: Any, length: Any) -> int:
+        mig = self._mig(handle)
+        if mig is not None and attr in ("name", "uuid"):
+            parent, device = mig
+            text = device.get(attr) or (f"{parent.name} MIG" if attr == "name" else "")
+            status = self._mig_query(handle, function, text, lambda v: None)
+            return status if status != SUCCESS else _write_string(buffer, length, str(text))
         gpu = self._device(handle)
         text = getattr(gpu, attr) if gpu is not None else None
         status = self._query(handle, function, text, lambda v: None)
@@ -588,6 +648,15 @@ class FakeNvml:
         return self._query(handle, "nvmlDeviceGetUtilizationRates", value, write)
 
     def _nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
+        mig = self._mig(handle)
+        if mig is not None:  # a MIG device: its GPU instance's memory
+
+            def write_mig(device: dict[str, Any]) -> None:
+                info = _out(ref)
+                info.total, info.used = int(device.get("memory_total", 0)), int(device.get("memory_used", 0))
+                info.free = info.total - info.used
+
+            return self._mig_query(handle, "nvmlDeviceGetMemoryInfo", mig[1], write_mig)
         gpu = self._device(handle)
 
         def write(g: FakeGpu) -> None:
@@ -699,11 +768,11 @@ class FakeNvml:
         if infos is None or count.value < needed:
             count.value = needed
             return SUCCESS if needed == 0 else ERROR_INSUFFICIENT_SIZE
-        for slot, (pid, used) in enumerate(gpu.processes):
+        for slot, (pid, used, *instance) in enumerate(gpu.processes):  # [pid, used bytes, MIG GPU instance]
             infos[slot].pid = pid
             infos[slot].usedGpuMemory = VALUE_NOT_AVAILABLE if used is None else used
-            infos[slot].gpuInstanceId = 0xFFFFFFFF
-            infos[slot].computeInstanceId = 0xFFFFFFFF
+            infos[slot].gpuInstanceId = instance[0] if instance and instance[0] is not None else NO_INSTANCE
+            infos[slot].computeInstanceId = 0 if instance and instance[0] is not None else NO_INSTANCE
         count.value = needed
         return SUCCESS
 
@@ -729,6 +798,11 @@ class FakeNvml:
             pass
         elif field_id == FI_DEV_NVLINK_LINK_COUNT:
             value = len(gpu.nvlink_up) or None
+        elif known.per_link and known.all_links and scope == SCOPE_ALL_LINKS:  # the driver sums the links
+            attr, key = known.home
+            links: list[Any] = getattr(gpu, attr)[key]
+            refused = next((v for v in links if v is None or isinstance(v, NvmlReturn)), 0)
+            value = sum(links) if links and refused == 0 else (refused if links else None)
         elif known.per_link:
             if 0 <= scope < len(gpu.nvlink_up):
                 attr, key = known.home
@@ -777,6 +851,132 @@ class FakeNvml:
         """``latencyUsec`` as the driver reports it: what the model charges the field (0 without a model)."""
         return 0 if self.latency is None else round(self.latency.field_cost_us(field_id, answered))
 
+    # -- fabric ----------------------------------------------------------------------------------
+
+    def _fabric(self, handle: Any, function: str, ref: Any, versioned: bool) -> int:
+        gpu = self._device(handle)
+        info = _out(ref)
+        if versioned and info.version not in (FABRIC_INFO_V2, FABRIC_INFO_V3):
+            return ERROR_ARGUMENT_VERSION_MISMATCH
+
+        def write(fabric: dict[str, Any]) -> None:
+            state = int(fabric.get("state", FABRIC_STATE_COMPLETED))
+            status = fabric.get("status", 0)
+            info.state = state
+            info.status = status.code if isinstance(status, NvmlReturn) else int(status)
+            info.cliqueId = int(fabric.get("clique_id", 0))
+            raw = bytes.fromhex(str(fabric.get("cluster_uuid", "")).replace("-", "")).ljust(16, b"\0")[:16]
+            ctypes.memmove(info.clusterUuid, raw, 16)
+            if versioned:
+                info.healthMask = int(fabric.get("health_mask", 0))
+            if versioned and info.version == FABRIC_INFO_V3:
+                info.healthSummary = int(fabric.get("health_summary", 0))
+
+        return self._query(handle, function, None if gpu is None else gpu.fabric, write)
+
+    def _nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> int:
+        return self._fabric(handle, "nvmlDeviceGetGpuFabricInfoV", ref, True)
+
+    def _nvmlDeviceGetGpuFabricInfo(self, handle: Any, ref: Any) -> int:
+        return self._fabric(handle, "nvmlDeviceGetGpuFabricInfo", ref, False)
+
+    # -- MIG -------------------------------------------------------------------------------------
+
+    def _mig(self, handle: Any) -> tuple[FakeGpu, dict[str, Any]] | None:
+        """(parent GPU, MIG device) for a MIG device's handle, while its GPU has MIG enabled."""
+        try:
+            offset = _address(handle) - MIG_HANDLE_BASE
+        except (ctypes.ArgumentError, TypeError):
+            return None
+        index, slot = offset // 0x1000, (offset % 0x1000) // 0x10
+        if offset < 0 or not 0 <= index < len(self.gpus) or offset != index * 0x1000 + slot * 0x10:
+            return None
+        device = self.gpus[index].mig_slot(slot)
+        return None if device is None else (self.gpus[index], device)
+
+    def _mig_query(self, handle: Any, function: str, value: Any, writer: Callable[[Any], None]) -> int:
+        if not self.initialized:
+            return ERROR_UNINITIALIZED
+        mig = self._mig(handle)
+        if mig is None:
+            return ERROR_INVALID_ARGUMENT
+        if mig[0].lost:
+            return ERROR_GPU_IS_LOST
+        if function in mig[0].errors:
+            return mig[0].errors[function].code
+        if value is None:
+            return ERROR_NOT_SUPPORTED
+        writer(value)
+        return SUCCESS
+
+    def _nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        return self._scalar(handle, "nvmlDeviceGetMaxMigDeviceCount", gpu.max_mig_devices if gpu else None, ref)
+
+    def _nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, ref: Any) -> int:
+        gpu = self._device(handle)
+        slot = _value(index)
+
+        def write(g: FakeGpu) -> None:
+            _write_pointer(ref, MIG_HANDLE_BASE + g.index * 0x1000 + slot * 0x10)
+
+        status = self._query(handle, "nvmlDeviceGetMigDeviceHandleByIndex",
+                             None if gpu is None or gpu.max_mig_devices is None else gpu, lambda g: None)
+        if status != SUCCESS:
+            return status
+        assert gpu is not None
+        if not isinstance(gpu.max_mig_devices, int) or not 0 <= slot < max(gpu.max_mig_devices, 1):
+            return ERROR_INVALID_ARGUMENT
+        if gpu.mig_slot(slot) is None:  # nvml.h: "no valid MIG device was found at index" (an H200 with MIG
+            return ERROR_NOT_FOUND      # disabled answered so for index 0)
+        write(gpu)
+        return SUCCESS
+
+    def _instance_id(self, handle: Any, function: str, key: str, ref: Any) -> int:
+        if self._mig(handle) is None:  # a whole GPU's handle
+            gpu = self._device(handle)
+            status = self._query(handle, function, gpu, lambda g: None)
+            return ERROR_INVALID_ARGUMENT if status == SUCCESS else status
+        mig = self._mig(handle)
+        assert mig is not None
+
+        def write(device: dict[str, Any]) -> None:
+            _out(ref).value = int(device[key])
+
+        return self._mig_query(handle, function, mig[1], write)
+
+    def _nvmlDeviceGetGpuInstanceId(self, handle: Any, ref: Any) -> int:
+        return self._instance_id(handle, "nvmlDeviceGetGpuInstanceId", "gpu_instance", ref)
+
+    def _nvmlDeviceGetComputeInstanceId(self, handle: Any, ref: Any) -> int:
+        return self._instance_id(handle, "nvmlDeviceGetComputeInstanceId", "compute_instance", ref)
+
+    def _nvmlDeviceIsMigDeviceHandle(self, handle: Any, ref: Any) -> int:
+        if self._mig(handle) is not None:
+            return self._mig_query(handle, "nvmlDeviceIsMigDeviceHandle", 1, lambda v: setattr(_out(ref), "value", 1))
+        return self._query(handle, "nvmlDeviceIsMigDeviceHandle", self._device(handle),
+                           lambda g: setattr(_out(ref), "value", 0))
+
+    def _nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: Any, sample: Any) -> int:
+        gpu = self._device(handle)
+        address = _address(sample)
+        if address not in self._samples:
+            return ERROR_INVALID_ARGUMENT
+        gi = _value(gpu_instance)
+        status = self._query(handle, "nvmlGpmMigSampleGet", None if gpu is None or gpu.gpm is None else gpu,
+                             lambda g: None)
+        if status != SUCCESS:
+            return status
+        assert gpu is not None
+        device = next((d for d in gpu.mig_devices if d["gpu_instance"] == gi), None) if gpu.mig_mode == 1 else None
+        if device is None:
+            return ERROR_INVALID_ARGUMENT
+        gpm = device.get("gpm")
+        if gpm is None or isinstance(gpm, NvmlReturn):
+            return ERROR_NOT_SUPPORTED if gpm is None else gpm.code
+        self._samples[address] = {"gpu": (gpu.index, gi), "time": time.monotonic(), "gpm": dict(gpm)}
+        return SUCCESS
+
     # -- GPM -------------------------------------------------------------------------------------
 
     def _nvmlGpmQueryDeviceSupport(self, handle: Any, ref: Any) -> int:
@@ -822,7 +1022,7 @@ class FakeNvml:
             return ERROR_INVALID_ARGUMENT
         for i in range(request.numMetrics):
             metric = request.metrics[i]
-            name = GPM_METRICS.get(int(metric.metricId)) or GPM_PCIE_KEYS.get(int(metric.metricId))
+            name = _gpm_key(int(metric.metricId))
             answer = second["gpm"].get(name) if name is not None else None
             if answer is None or isinstance(answer, NvmlReturn):
                 metric.nvmlReturn = ERROR_NOT_SUPPORTED if answer is None else answer.code
@@ -888,6 +1088,14 @@ class FakeNvml:
         out.gpuInstanceId = 0xFFFFFFFF
         out.computeInstanceId = 0xFFFFFFFF
         return SUCCESS
+
+
+def _gpm_key(metric_id: int) -> str | None:
+    """Where a GPM metric's answer is kept in a sample's ``gpm`` (None: a metric the fake does not model)."""
+    if metric_id in GPM_NVLINK_KEYS:
+        link, direction = GPM_NVLINK_KEYS[metric_id]
+        return f"nvlink_{direction}" if link is None else f"nvlink_{direction}_{link}"
+    return GPM_METRICS.get(metric_id) or GPM_PCIE_KEYS.get(metric_id)
 
 
 def set_native_library(library: FakeNvml | None) -> None:
