@@ -176,7 +176,30 @@ def alert_rules(s: Settings) -> list[Group]:
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
     ]
-    return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-ecc", tuple(ecc))]
+    return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-ecc", tuple(ecc)),
+            Group("fleetscope-gpu-fabric", fabric_alerts(s))]
+
+
+def fabric_alerts(s: Settings) -> tuple[Alert, ...]:
+    """A GPU on an NVSwitch board that Fabric Manager has not registered (or failed to) cannot run CUDA (error 802)
+    while every gauge looks healthy. State 0 (no NVSwitch fabric) and no state at all are never a fault."""
+    state = held(s, gpu_metrics.FABRIC_STATE)
+    return (
+        Alert(
+            "GpuFabricNotRegistered", f"{state} == 1\nor\n{state} == 2", "critical",
+            "A GPU is not registered with the NVLink fabric: CUDA cannot use it.",
+            f"{GPU_LABELS} has not completed its NVLink fabric registration (state {{{{ $value }}}}: 1 not started, "
+            f"2 in progress) for {s.fabric_for}. Is nvidia-fabricmanager running on the node?",
+            s.fabric_for,
+        ),
+        Alert(
+            "GpuFabricRegistrationFailed", f"{held(s, gpu_metrics.FABRIC_STATUS)} != 0", "critical",
+            "A GPU's NVLink fabric registration failed: CUDA cannot use it.",
+            f"{GPU_LABELS} completed its NVLink fabric registration with NVML error {{{{ $value }}}} "
+            "(nvmlReturn_t). See the Fabric Manager log.",
+            s.gpu_state_for,
+        ),
+    )
 
 
 # The degradation alerts by part of the GPU, a group each: a group's rules are evaluated one after another and

@@ -154,6 +154,9 @@ class Settings:
     clock_for: str = "10m"
     xid_window: str = "10m"  # how long an immediate Xid alert stays active after the event
     gpu_state_for: str = "1m"  # GPU lost, recovery action, row remap pending
+    # A GPU not registered with the NVLink fabric this long (Fabric Manager registers a GPU within seconds of the
+    # driver loading; the state is read every slow interval, 60 s by default), or whose registration failed.
+    fabric_for: str = "5m"
 
     # EFA and network.
     efa_missing_for: str = "5m"
@@ -271,6 +274,7 @@ E2E = dataclasses.replace(
     clock_for="30s",
     xid_window="2m",
     gpu_state_for="10s",
+    fabric_for="30s",
     efa_missing_for="30s",
     efa_event_for="30s",
     ena_for="30s",
