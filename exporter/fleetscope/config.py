@@ -166,6 +166,11 @@ class WebConfig:
         "host:port; with port 0 the kernel's choice), so whoever started the daemon needs no free port; "
         "empty: no file.",
     )
+    config_file: str = setting(
+        "web.config.file", "", parse_str,
+        "Web config file in the exporter-toolkit format (node_exporter's --web.config.file): tls_server_config "
+        "and basic_auth_users (bcrypt), for every listener; reloaded when it or its files change (docs/security.md).",
+    )
     api_docs: bool = setting(
         "web.api-docs", False, parse_bool,
         "Serve the push API's OpenAPI description and its pages (/openapi.json, /docs); off, they are not served "

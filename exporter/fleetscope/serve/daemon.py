@@ -20,6 +20,7 @@ from fleetscope.config import Config, split_address
 from fleetscope.serve.app import create_app, create_push_app
 from fleetscope.serve.engine import IDLE_AFTER, CollectorRunner, Engine, LiveCollector
 from fleetscope.serve.listeners import ListenerLimits, ListenerStats, fit_to_open_files, raise_open_files_limit
+from fleetscope.serve.webconfig import BasicAuth, WebConfig
 
 if TYPE_CHECKING:
     import uvicorn
@@ -66,6 +67,7 @@ class Daemon:
     engine: Engine
     app: FastAPI
     push_app: FastAPI | None = None
+    web: WebConfig | None = None  # web.config.file: TLS and basic auth on every listener
     servers: list[uvicorn.Server] = field(default_factory=list)
 
     async def serve(self) -> None:
@@ -82,6 +84,10 @@ class Daemon:
             stats = self.listener_stats(name)
             stats.limits = fit_to_open_files(stats.limits, len(apps), open_files)
             uv_config = uvicorn_config(app, split_address(address), stats, self.config.log.level)
+            context = self.web.listener_context() if self.web is not None else None
+            if context is not None:
+                uv_config.load()  # what Server.serve would do first; then the listener serves TLS only
+                uv_config.ssl = context
             self.servers.append(uvicorn.Server(uv_config))
         try:
             await asyncio.gather(*(server.serve() for server in self.servers), self._announce([n for n, _, _ in apps]))
@@ -142,4 +148,9 @@ def build_daemon(
     app = create_app(engine, config.web.telemetry_path, main_routers + ([] if separate_push else push_routers),
                      api_docs=config.web.api_docs)
     push_app = create_push_app(push_routers, config.web.api_docs) if separate_push and push_routers else None
-    return Daemon(config, built, engine, app, push_app)
+    web = WebConfig(config.web.config_file) if config.web.config_file else None
+    if web is not None:
+        for each in (app, push_app):
+            if each is not None:
+                each.add_middleware(BasicAuth, web=web)
+    return Daemon(config, built, engine, app, push_app, web)
