@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fleetscope_sim.faults import Fault
 from fleetscope_sim.harness import READY_TIMEOUT, Daemon
@@ -145,6 +145,17 @@ class SimNode:
         return self.writer.paths
 
 
+class Pusher(Protocol):
+    """Where the ranks' reports go: :class:`ClientPusher` (each rank's real client, over HTTP) or, in virtual
+    time, :class:`fleetscope_sim.virtual.WirePusher` (the same report bodies, into each node's store in process)."""
+
+    def steps(self, node: str, job: JobSpec, records: list[dict[str, Any]]) -> None: ...
+
+    def position(self, node: str, job: JobSpec, rank: int, where: Position | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ClientPusher:
     """Each simulated rank pushes through its own :class:`fleetscope.client.StepTracker`, as a real rank would.
 
@@ -219,7 +230,8 @@ class ClientPusher:
 class SimCluster:
     spec: ClusterSpec
     workdir: str
-    pusher: ClientPusher | None = None  # made at the first push: each rank's tracker, to its node's daemon
+    pusher: Pusher | None = None  # made at the first push: each rank's tracker, to its node's daemon
+    wall: Callable[[], float] = time.time  # the nodes' clock when they are built (their boot time is read off it)
     nodes: dict[str, SimNode] = field(default_factory=dict)
     jobs: list[JobModel] = field(default_factory=list)
     collectives: list[StepCollectives] = field(default_factory=list)  # per job: its ranks' NCCL Inspector output
@@ -242,7 +254,7 @@ class SimCluster:
         self.spec.validate()
         for i, node_spec in enumerate(self.spec.nodes):
             model = NodeModel(node_spec.name, i, node_spec.profile, seed=self.spec.seed * 1000 + i)
-            writer = TreeWriter(model, NodePaths(os.path.join(self.workdir, node_spec.name)))
+            writer = TreeWriter(model, NodePaths(os.path.join(self.workdir, node_spec.name)), now=self.wall())
             writer.setup()
             self.nodes[node_spec.name] = SimNode(node_spec, model, writer)
         self.jobs = [JobModel(spec, seed=self.spec.seed * 7919 + j) for j, spec in enumerate(self.spec.jobs)]

@@ -30,16 +30,17 @@ class GpuFeed:
         self.paths = paths
         self.poll = poll
         self.fake: Any = None
+        self.binding: Any = None  # the node's own pynvml module, when installed privately
         self._mtime = 0.0
         self._xids_seen: dict[int, int] = {}
         self._uncorrected: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> dict[str, Any] | None:
+    def _read(self, force: bool = False) -> dict[str, Any] | None:
         try:
             mtime = os.stat(self.paths.gpu_state).st_mtime
-            if mtime == self._mtime:
+            if mtime == self._mtime and not force:
                 return None
             with open(self.paths.gpu_state, encoding="utf-8") as handle:
                 data: dict[str, Any] = json.load(handle)
@@ -49,9 +50,11 @@ class GpuFeed:
             logger.warning("cannot read %s: %s", self.paths.gpu_state, exc)
             return None
 
-    def install(self) -> Any:
-        """Build the fake from the current state file and install it as ``pynvml``'s library."""
-        from fleetscope_sim.nvml_fake import FakeGpu, FakeNvml, install, write_sysfs
+    def install(self, private: bool = False) -> Any:
+        """Build the fake from the current state file and install it as ``pynvml``'s library (``private``: as
+        the library of a copy of ``pynvml`` of its own, kept in :attr:`binding`, for one of many nodes in one
+        process)."""
+        from fleetscope_sim.nvml_fake import FakeGpu, FakeNvml, install, private_binding, write_sysfs
 
         state = self._read()
         if state is None:
@@ -73,7 +76,10 @@ class GpuFeed:
                                                    "dram_active": 0.0},
             ))
         self.fake = FakeNvml(gpus, name="fleetscope-sim")
-        install(self.fake)
+        if private:
+            self.binding = private_binding(self.fake)
+        else:
+            install(self.fake)
         write_sysfs(self.fake, self.paths.sysfs)
         self._apply(state)
         return self.fake
@@ -121,12 +127,18 @@ class GpuFeed:
     def stop(self) -> None:
         self._stop.set()
 
+    def refresh(self, force: bool = False) -> bool:
+        """Apply the state file if it changed since the last look (``force``: whatever its mtime says); True if
+        it was applied."""
+        state = self._read(force)
+        if state is None:
+            return False
+        try:
+            self._apply(state)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.warning("bad GPU state in %s: %s", self.paths.gpu_state, exc)
+        return True
+
     def _loop(self) -> None:
         while not self._stop.wait(self.poll):
-            state = self._read()
-            if state is None:
-                continue
-            try:
-                self._apply(state)
-            except (KeyError, TypeError, ValueError) as exc:
-                logger.warning("bad GPU state in %s: %s", self.paths.gpu_state, exc)
+            self.refresh()

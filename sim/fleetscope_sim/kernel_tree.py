@@ -112,6 +112,7 @@ class FileTree:
         self.root = root
         self._written: dict[str, str] = {}  # relative path -> content last written
         self._links: dict[str, str] = {}  # relative path -> link text last written
+        self._dirs: set[str] = set()  # absolute directories made (a tree rewritten every tick asks again and again)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -129,9 +130,16 @@ class FileTree:
         if self._written.get(relative) == text:
             return
         path = self.path(relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        directory = os.path.dirname(path)
+        self._makedirs(directory)
         temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
+        try:
+            handle = open(temporary, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        except FileNotFoundError:  # its directory was removed behind this tree's back (an unplugged device)
+            self._dirs.discard(directory)
+            self._makedirs(directory)
+            handle = open(temporary, "w", encoding="utf-8")  # noqa: SIM115
+        with handle:
             handle.write(text)
         os.replace(temporary, path)
         self._written[relative] = text
@@ -144,7 +152,12 @@ class FileTree:
             handle.write(text)
 
     def mkdir(self, relative: str) -> None:
-        os.makedirs(self.path(relative), exist_ok=True)
+        self._makedirs(self.path(relative))
+
+    def _makedirs(self, directory: str) -> None:
+        if directory not in self._dirs:
+            os.makedirs(directory, exist_ok=True)
+            self._dirs.add(directory)
 
     def link(self, relative: str, target: str) -> None:
         """A relative symlink at ``relative`` to ``target`` (both below the root), as the kernel writes them:
@@ -173,6 +186,8 @@ class FileTree:
         for cache in (self._written, self._links):
             for key in [k for k in cache if k == relative or k.startswith(below)]:
                 del cache[key]
+        gone = path.rstrip(os.sep)
+        self._dirs = {d for d in self._dirs if d != gone and not d.startswith(gone + os.sep)}
 
 
 class SysfsTree(FileTree):

@@ -87,7 +87,8 @@ class NodePaths:
 class TreeWriter:
     """Renders one :class:`NodeModel` into its :class:`NodePaths`."""
 
-    def __init__(self, model: NodeModel, paths: NodePaths) -> None:
+    def __init__(self, model: NodeModel, paths: NodePaths, now: float | None = None) -> None:
+        """``now``: the node's Unix time as it is built (default: the system clock's), which dates its boot."""
         self.model = model
         self.paths = paths
         self.sysfs = SysfsTree(paths.sysfs)
@@ -95,7 +96,7 @@ class TreeWriter:
         self.files = FileTree(paths.root)  # the simulator's own state files
         self._removed: set[str] = set()
         self._kmsg_seq = 1000
-        self._boot_wall = time.time() - model.uptime
+        self._boot_wall = (time.time() if now is None else now) - model.uptime
 
     def setup(self) -> None:
         """Create the node's directories and its expectations; every kernel file comes with :meth:`update`."""

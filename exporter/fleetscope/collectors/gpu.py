@@ -72,9 +72,13 @@ class GpuCollector(Collector, HealthCheck, Closeable):
     name = "gpu"
     tables = gpu.TABLES
 
-    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
-        """``clock`` paces NVML's slow reads and retries (a benchmark steps it instead of waiting)."""
+    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, nvml_binding: Any = None) -> None:
+        """``clock`` paces NVML's slow reads and retries (a benchmark steps it instead of waiting); ``wall`` is
+        the Unix clock of Xid events; ``nvml_binding`` a loaded ``pynvml`` module in place of the imported one
+        (the virtual-time simulator gives each simulated node its own)."""
         self.config = config
+        self._wall = wall
         self._sysfs = Root(config.path.sysfs)
         self._procfs = Root(config.path.procfs)
         self._jobs_dir = Root(config.gpu.jobs_dir)
@@ -83,7 +87,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         self._nvml = NvmlSource(
             lost_retry=config.gpu.lost_retry, on_xid=self._ledger.record, slow_interval=config.gpu.slow_interval,
             unsupported_retry=config.gpu.unsupported_retry, per_link=self.detail.level == "all",
-            pcie_sampler=config.gpu.pcie_sampler, clock=clock,
+            pcie_sampler=config.gpu.pcie_sampler, clock=clock, binding=nvml_binding, wall=wall,
         )
         self._kmsg: KmsgReader | None = None
         self._kmsg_failed = False
@@ -145,7 +149,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                     found = attribute_pids(self._procfs, instance_pids)
                     if found:
                         mig_jobs[(index, instance)] = found
-            cutoff = time.time() - self.config.gpu.xid_window
+            cutoff = self._wall() - self.config.gpu.xid_window
             return GpuSnapshot(
                 nvml, nvml_error, pci_gpus, self._ledger.counts(), self._ledger.last_timestamps(),
                 tuple(self._ledger.since(cutoff)), jobs, labels, mig_jobs,

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib
 import logging
 import threading
 import time
@@ -244,7 +245,10 @@ class NvmlSource:
 
     def __init__(self, lost_retry: float = 60.0, on_xid: Callable[[XidSighting], object] | None = None,
                  clock: Callable[[], float] = time.monotonic, slow_interval: float = 60.0,
-                 unsupported_retry: float = 600.0, per_link: bool = False, pcie_sampler: bool = False) -> None:
+                 unsupported_retry: float = 600.0, per_link: bool = False, pcie_sampler: bool = False,
+                 binding: Any = None, wall: Callable[[], float] = time.time) -> None:
+        """``binding``: a loaded ``pynvml`` module to use instead of importing it (a simulator runs one NVML per
+        simulated node in one process); ``wall``: the Unix clock that stamps Xid events."""
         self.lost_retry = lost_retry
         self.slow_interval = slow_interval
         self.unsupported_retry = unsupported_retry
@@ -252,6 +256,8 @@ class NvmlSource:
         self.pcie_sampler = pcie_sampler
         self._on_xid = on_xid
         self._clock = clock
+        self.wall = wall
+        self._binding = binding
         self._nvml: Any = None
         self._lock = threading.Lock()
         self._gpus: dict[int, _Gpu] = {}
@@ -270,10 +276,12 @@ class NvmlSource:
     def _open(self) -> Any:
         if self._nvml is not None:
             return self._nvml
-        try:
-            import pynvml  # type: ignore[import-untyped]  # lazy: nodes without the collector never load it
-        except ImportError as exc:
-            raise NoHardware(f"nvidia-ml-py is not installed: {exc}") from None
+        pynvml = self._binding
+        if pynvml is None:
+            try:
+                pynvml = importlib.import_module("pynvml")  # lazy: nodes without the collector never load it
+            except ImportError as exc:
+                raise NoHardware(f"nvidia-ml-py is not installed: {exc}") from None
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
@@ -953,4 +961,4 @@ class EventWatcher:
         identity = self._source.identity(index)
         if identity is None or identity.pci is None:
             return
-        self._on_xid(XidSighting(identity.pci, int(data.eventData), time.time(), "nvml"))
+        self._on_xid(XidSighting(identity.pci, int(data.eventData), self._source.wall(), "nvml"))

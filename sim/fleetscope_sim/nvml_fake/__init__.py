@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fleetscope.sources.nvml_h import NvmlReturn
 from fleetscope_sim.nvml_fake.latency import Booked, LatencyModel
-from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml, install, installed, uninstall
+from fleetscope_sim.nvml_fake.library import FakeGpu, FakeNvml, install, installed, private_binding, uninstall
 from fleetscope_sim.nvml_fake.scenarios import SCENARIO_DIR, load_scenario, scenario_names, write_sysfs
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "install",
     "installed",
     "load_scenario",
+    "private_binding",
     "scenario_names",
     "uninstall",
     "write_sysfs",

@@ -24,6 +24,9 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import importlib
+import importlib.util
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -402,8 +405,11 @@ class FakeNvml:
         self._booked: dict[int, Booked] = {}  # thread -> what its calls cost on the latency model
         self._called: set[tuple[str, int]] = set()  # (symbol, handle) called before: not a first call any more
         self._hang: dict[str, threading.Event] = {}
-        self._events = threading.Condition()
+        lock = threading.RLock()
+        self._events = threading.Condition(lock)
+        self._quiet = threading.Condition(lock)  # settle() waits here: a watcher back in its wait notifies it
         self._sets: dict[int, dict[str, Any]] = {}
+        self._waiting: Counter[int] = Counter()  # event set -> threads inside nvmlEventSetWait on it now
         self._samples: dict[int, dict[str, Any] | None] = {}
         self._next_sample = 0
         self._next_set = 0
@@ -438,6 +444,22 @@ class FakeNvml:
                 if event_set["registered"].get(index, 0) & event_type:
                     event_set["queue"].append((index, event_type, data))
             self._events.notify_all()
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until every event delivered so far has been taken and handled: each event set is empty and its
+        watcher is back waiting on it (the watcher handles an event before it waits again). False on ``timeout``.
+
+        What a virtual-time run calls between a GPU's change and the collection that must see it, so whether
+        the collection sees an event does not depend on how fast a thread was scheduled."""
+        deadline = time.monotonic() + timeout
+        with self._events:
+            while any(target["queue"] or not self._waiting[address] for address, target in self._sets.items()
+                      if target["registered"]):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._quiet.wait(min(remaining, 0.05))  # a set freed or emptied notifies nobody: look again soon
+        return True
 
     def hang(self, function: str) -> threading.Event:
         """Make calls to ``function`` block until the returned event is set (or :meth:`release`)."""
@@ -1080,7 +1102,12 @@ class FakeNvml:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return ERROR_TIMEOUT
-                self._events.wait(remaining)
+                self._waiting[_address(event_set)] += 1
+                self._quiet.notify_all()  # for settle(): one more watcher back in its wait
+                try:
+                    self._events.wait(remaining)
+                finally:
+                    self._waiting[_address(event_set)] -= 1
         out = _out(ref)
         ctypes.c_void_p.from_buffer(out, 0).value = HANDLE_BASE + index * 0x100
         out.eventType = event_type
@@ -1098,19 +1125,40 @@ def _gpm_key(metric_id: int) -> str | None:
     return GPM_METRICS.get(metric_id) or GPM_PCIE_KEYS.get(metric_id)
 
 
-def set_native_library(library: FakeNvml | None) -> None:
+def set_native_library(library: FakeNvml | None, binding: Any = None) -> None:
     """Put ``library`` where ``pynvml`` keeps its loaded ``libnvidia-ml`` (None: nothing loaded).
 
     pynvml's internals, the one place the fake touches them: the module global ``nvmlLib`` under
     ``libLoadLock``, the symbol cache ``_nvmlGetFunctionPointer_cache`` and the init refcount
     ``_nvmlLib_refcount`` (nvidia-ml-py 12 and 13; sim/pyproject.toml bounds the binding).
+    ``binding``: a module from :func:`private_binding` (default: the imported ``pynvml``).
     """
-    import pynvml  # type: ignore[import-untyped]
-
+    pynvml: Any = binding if binding is not None else importlib.import_module("pynvml")
     with pynvml.libLoadLock:
         pynvml.nvmlLib = library
         pynvml._nvmlGetFunctionPointer_cache.clear()
         pynvml._nvmlLib_refcount = 0
+
+
+def private_binding(fake: FakeNvml) -> Any:
+    """A copy of the real ``pynvml`` module of its own (its own ``nvmlLib``, symbol cache and refcount), loaded
+    with ``fake``: one NVML per simulated node in one process, where the imported module is one per process.
+    The binding's code is the same; only its module globals are not shared."""
+    spec = importlib.util.find_spec("pynvml")
+    if spec is None or spec.loader is None:
+        raise ImportError("nvidia-ml-py (pynvml) is not installed")
+    module = importlib.util.module_from_spec(spec)
+    shared = sys.modules.get("pynvml")
+    sys.modules["pynvml"] = module  # the binding finds itself there while it defines its error classes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if shared is None:
+            del sys.modules["pynvml"]
+        else:
+            sys.modules["pynvml"] = shared
+    set_native_library(fake, module)
+    return module
 
 
 def install(fake: FakeNvml) -> None:
