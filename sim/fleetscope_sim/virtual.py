@@ -55,7 +55,11 @@ STALE = "stale"
 
 
 class VirtualClock:
-    """The run's two clocks, moved only by the run: Unix time ``epoch + elapsed`` and a monotonic reading."""
+    """The run's two clocks, moved only by the run: Unix time ``epoch + elapsed`` and a monotonic reading.
+
+    The epoch is the system clock's time when the run begins (by default), as the files the simulator writes
+    carry the system clock's mtimes: the NCCL Inspector reader skips files older than its TTL (900 s) on its
+    clock, so a run whose virtual time stays within that of the real one reads them as a node would."""
 
     def __init__(self, epoch: float, monotonic: float = 100_000.0) -> None:
         self.epoch = epoch
@@ -467,8 +471,9 @@ def _failures(output: str) -> dict[str, str]:
     """expression -> promtool's account of it, for every failed expression test in ``output``."""
     marks = list(_BLOCK.finditer(output))
     out = {}
-    for mark, after in zip(marks, [*marks[1:], None], strict=True):
-        out[json.loads(mark.group(1))] = output[mark.end():after.start() if after else len(output)].strip()
+    ends = [m.start() for m in marks[1:]] + [len(output)]
+    for mark, end in zip(marks, ends[:len(marks)], strict=True):
+        out[json.loads(mark.group(1))] = output[mark.end():end].strip()
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,19 @@ from fleetscope_sim.virtual import Recording, VirtualCluster, parse_exposition
 def record(tmp_path: Path, seconds: float, schedule: list[dict[str, object]] = ()) -> Recording:  # type: ignore[assignment]
     spec = make_cluster(nodes=1, jobs=1, base_port=1, profiles=("p4d.24xlarge",),
                         faults=parse_schedule({"faults": list(schedule)}))
-    cluster = VirtualCluster(spec, str(tmp_path / "cluster"), epoch=1_800_000_000.0)
+    cluster = VirtualCluster(spec, str(tmp_path / "cluster"))
     try:
         cluster.build()
         cluster.run(seconds)
     finally:
         cluster.stop()
     return cluster.recording
+
+
+def rank_of(series: str) -> str:
+    match = re.search(r'[{,]rank="(\d+)"', series)
+    assert match is not None, series
+    return match.group(1)
 
 
 def timeless(recording: Recording) -> dict[str, str]:
@@ -82,3 +89,56 @@ def test_a_report_body_the_push_api_refuses_is_not_stored() -> None:
 
     with pytest.raises(RecordError):
         parse_report(json.dumps({"job": "j", "rank": -1, "steps": []}).encode())
+
+
+def test_nodes_serve_moving_metrics_and_pushed_steps_and_a_dead_rank(tmp_path: Path) -> None:
+    """tests/sim/test_cluster.py's claims, in virtual time: counters move, a p4d that lost one of its 4 EFA devices
+    says so, each node serves its own ranks' steps, NCCL Inspector output and process liveness; rank 13 dies at
+    t+20 s inside its step, its process leaves node-01's procfs, and every survivor waits in the collective."""
+    spec = make_cluster(nodes=2, jobs=1, base_port=1, step_seconds=1.0, faults=parse_schedule([
+        {"kind": "efa_device_missing", "at": 0, "node": "node-01", "device": "rdmap32s27"},
+        {"kind": "rank_dies", "at": 20, "job": "job-a", "rank": 13},
+    ]))
+    cluster = VirtualCluster(spec, str(tmp_path / "cluster"))
+    try:
+        cluster.build()
+        cluster.run(30.0)
+    finally:
+        cluster.stop()
+    rec = cluster.recording
+
+    def at(name: str, scrape: int, **labels: str) -> dict[str, object]:
+        """labels of each series of ``name`` (with ``labels``) -> its value at scrape ``scrape``."""
+        out = {}
+        for key, points in rec.series.items():
+            if key.startswith(name + "{") and all(f'{k}="{v}"' in key for k, v in labels.items()):
+                out[key] = points[scrape]
+        return out
+
+    def total(name: str, scrape: int, **labels: str) -> float:
+        return sum(v for v in at(name, scrape, **labels).values() if isinstance(v, float))
+
+    for name in ("fleetscope_efa_tx_bytes_total", "fleetscope_tcp_out_segments_total",
+                 "fleetscope_training_steps_total", "fleetscope_nccl_collectives_total"):
+        assert total(name, 3, instance="node-00") > total(name, 2, instance="node-00") > 0, name
+    assert list(at("fleetscope_efa_devices", 3, instance="node-00").values()) == [32.0]
+    assert list(at("fleetscope_efa_devices", 3, instance="node-01").values()) == [3.0]
+    assert list(at("fleetscope_efa_expected_devices", 3, instance="node-01").values()) == [4.0]
+    steps = at("fleetscope_training_steps_total", 3, instance="node-00")
+    assert {rank_of(k) for k in steps} == {str(r) for r in range(8)}
+    assert all('training_job="job-a"' in k for k in steps)
+    nccl = at("fleetscope_nccl_collectives_total", 3, instance="node-00")
+    assert {rank_of(k) for k in nccl} == {str(r) for r in range(8)}
+    alive = {rank_of(k): v for k, v in at("fleetscope_training_process_up", 3, instance="node-01").items()}
+    assert alive == {str(r): 1.0 for r in range(8, 16)}  # node-01's daemon sees its rank processes
+    after = 6  # t+30 s: rank 13 died at t+20 s
+    dead = {rank_of(k): v for k, v in at("fleetscope_training_process_up", after, instance="node-01").items()}
+    assert dead["13"] == 0.0 and all(v == 1.0 for r, v in dead.items() if r != "13"), dead
+    last = {rank_of(k): v for k, v in at("fleetscope_training_last_step", after).items()}
+    survivors = {v for r, v in last.items() if r != "13"}
+    assert len(last) == 16 and len(survivors) == 1 and last["13"] in (min(survivors), min(survivors) - 1), last  # type: ignore[type-var, operator]
+    waiting = {rank_of(k) for k, v in at("fleetscope_training_phase", after, phase="comm").items()
+               if v == 1.0}
+    assert waiting == {str(r) for r in range(16)} - {"13"}
+    failing = {k for k, v in at("fleetscope_collector_success", after).items() if v != 1.0}
+    assert failing == set()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetscope_sim.detection import Outcome
 from fleetscope_sim.detection_run import FAULTS, DetectionResult, detection_run
 from fleetscope_sim.faults import Fault
 
@@ -68,3 +69,27 @@ def test_the_detection_report_is_this_runs(run: DetectionResult) -> None:
     """docs/detection-report.md is generated: `fleetscope simulate --virtual --report docs/detection-report.md`."""
     assert REPORT.read_text(encoding="utf-8") == run.report(), \
         "docs/detection-report.md is stale: fleetscope simulate --virtual --report docs/detection-report.md"
+
+
+def _outcome(run: DetectionResult, kind: str) -> Outcome:
+    return next(o for o in run.outcomes if o.expectation.fault.kind == kind)
+
+
+def test_a_hang_and_a_dead_rank_are_named_within_a_minute(run: DetectionResult) -> None:
+    """tests/e2e/test_training_jobs.py's limits: TrainingJobHang and TrainingRankDead within 60 s of the fault,
+    the hang naming the phase the rank is stuck in (data: its loader stopped answering)."""
+    for kind in ("job_hang", "rank_dies"):
+        seconds = _outcome(run, kind).detect_seconds
+        assert seconds is not None and seconds <= 60, (kind, seconds)
+    hang = _outcome(run, "job_hang").matched
+    assert {s.labels.get("phase") for s in hang} == {"data"}, [s.labels for s in hang]
+
+
+def test_a_throttled_gpu_s_straggler_is_named_with_its_cause(run: DetectionResult) -> None:
+    """The straggler alert names the rank's node, GPU and cause: a throttled GPU (as the 10% straggler of
+    tests/e2e/test_straggler_sensitivity.py; the rule's sensitivity is tests/alerts/test_sensitivity.py)."""
+    for kind in ("thermal_throttle", "hw_slowdown"):
+        fault = _outcome(run, kind).expectation.fault
+        named = [s.labels for s in _outcome(run, kind).matched if s.labels["alertname"] == "TrainingStragglerRank"]
+        assert named and all((n["instance"], n["gpu"], n.get("cause")) == (fault.node, str(fault.gpu), "gpu_throttled")
+                             for n in named), named
