@@ -14,7 +14,7 @@ the CPU goes, and every simulated node is observed in this process by what a nod
 * its ranks' reports are the bodies ``fleetscope.client`` sends once a second (the rank's fields, its completed
   steps, its position), validated by the push API's own parser and stored in the node's
   :class:`~fleetscope.push.store.StepStore`, whose clock is the virtual one;
-* each background collector runs in the engine's own :class:`~fleetscope.engine.CollectorRunner`, once per
+* each background collector runs in the engine's own :class:`~fleetscope.serve.engine.CollectorRunner`, once per
   collection interval of virtual time, right after the node's tree was written (a daemon reads no more
   often); the scrape is the engine's exposition, parsed back into samples.
 
@@ -165,7 +165,7 @@ class VirtualNode:
         from fleetscope.collectors.gpu import GpuCollector
         from fleetscope.collectors.nccl import NcclCollector
         from fleetscope.collectors.steps import StepsCollector
-        from fleetscope.engine import CollectorRunner, Engine, LiveCollector
+        from fleetscope.serve.engine import CollectorRunner, Engine, LiveCollector
         from fleetscope_sim.gpufeed import GpuFeed
         from fleetscope_sim.nodeproc import build_node_collectors, node_config
 
@@ -211,7 +211,7 @@ class VirtualNode:
             raise RuntimeError(f"{self.name}: NVML event watchers did not start within 10 s")
 
     def scrape(self) -> str:
-        from fleetscope.exposition import negotiate
+        from fleetscope.serve.exposition import negotiate
 
         body = self.engine.exposition(negotiate("text/plain; version=0.0.4"), compressed=False)
         assert body is not None

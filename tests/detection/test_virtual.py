@@ -11,7 +11,7 @@ import pytest
 from fleetscope.push.models import RecordError
 from fleetscope_sim.cluster import make_cluster
 from fleetscope_sim.faults import parse_schedule
-from fleetscope_sim.nvml_fake import FakeNvml, private_binding
+from fleetscope_sim.nvml_fake import load_scenario, private_binding
 from fleetscope_sim.virtual import Recording, VirtualCluster, parse_exposition
 
 
@@ -67,7 +67,7 @@ def test_a_node_is_scraped_through_its_collectors_and_the_same_every_run(tmp_pat
 
 
 def test_private_bindings_do_not_share_their_nvml() -> None:
-    one, two = FakeNvml.from_scenario("h100_8x_healthy"), FakeNvml.from_scenario("h100_8x_healthy")
+    one, two = load_scenario("h100_8x_healthy"), load_scenario("h100_8x_healthy")
     two.gpu(0).set(temperature=91)
     a, b = private_binding(one), private_binding(two)
     a.nvmlInit()
