@@ -111,6 +111,7 @@ class WirePusher:
                 "job": job.name, "rank": rank, "local_rank": local, "world_size": job.world_size, "pp_stage": 0,
                 "dp_rank": rank, "gpu": local, "pid": pid, "start_time": start_time,
                 "session": zlib.crc32(f"{job.name}/{rank}".encode()) + 1,  # a process's random id; fixed here
+                "lease": f"virtual-{job.name}-{rank}-{pid}",  # the process's secret (random in the client)
             }
         return fields
 
