@@ -23,6 +23,7 @@ from fleetscope.dashboards.kit import (
     timeseries_panel,
     xid_annotation,
 )
+from fleetscope.metrics import gpu as gpu_metrics
 from fleetscope.promql import GPU_THROTTLE_SHARE, TCP_RETRANSMIT_RATIO, THROTTLE_SHARE_REASONS
 
 N = 'cluster=~"$cluster", instance=~"$instance"'
@@ -108,12 +109,20 @@ def build() -> Any:
         timeseries_panel("EFA throughput", "Bps", ok(),
                          Q(f"sum by (device) (rate(fleetscope_efa_tx_bytes_total{{{N}}}{RATE}))", "{{device}} tx"),
                          Q(f"sum by (device) (rate(fleetscope_efa_rx_bytes_total{{{N}}}{RATE}))", "{{device}} rx"),
-                         width=8),
+                         width=6),
+        # Beside EFA: the node's other fabric, GPU to GPU over NVLink (#38)
+        timeseries_panel("NVLink throughput", "Bps", ok(),
+                         Q(f'sum by (gpu) (rate({gpu_metrics.NVLINK_BYTES_TOTAL}{{{N}, direction="tx"}}{RATE}))',
+                           "GPU {{gpu}} tx"),
+                         Q(f'sum by (gpu) (rate({gpu_metrics.NVLINK_BYTES_TOTAL}{{{N}, direction="rx"}}{RATE}))',
+                           "GPU {{gpu}} rx"),
+                         width=6, description="Data bytes each GPU sent and received over NVLink (GPM's rates, or "
+                                              "the driver's counters on GPUs without GPM)."),
         timeseries_panel("EFA retransmits", "pps", rising(1, 100),
                          Q(f"sum by (device) (rate(fleetscope_efa_retransmit_packets_total{{{N}}}{RATE}))",
                            "{{device}} retransmitted packets"),
                          Q(f"sum by (device) (rate(fleetscope_efa_retransmit_timeout_events_total{{{N}}}{RATE}))",
-                           "{{device}} retransmit timeouts"), width=8),
+                           "{{device}} retransmit timeouts"), width=6),
         timeseries_panel("EFA drops and errors", "cps", rising(0.01, 1),
                          Q(f"sum by (device) (rate(fleetscope_efa_rx_drops_total{{{N}}}{RATE}))",
                            "{{device}} rx drops"),
@@ -121,7 +130,7 @@ def build() -> Any:
                            f"+ rate(fleetscope_efa_rdma_write_work_request_errors_total{{{N}}}{RATE}))",
                            "{{device}} RDMA errors"),
                          Q(f"sum by (device) (rate(fleetscope_efa_impaired_remote_connection_events_total"
-                           f"{{{N}}}{RATE}))", "{{device}} impaired connections"), width=8),
+                           f"{{{N}}}{RATE}))", "{{device}} impaired connections"), width=6),
     ]
     network = [
         timeseries_panel("NIC throughput", "Bps", ok(),
