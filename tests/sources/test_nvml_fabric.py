@@ -182,3 +182,10 @@ def test_mig_devices_are_enumerated_at_slow_reads_and_sampled_every_collection(n
     reading = collect(source, clock, 6)
     assert [d.gpu_instance for d in reading.samples[2].mig] == [1]
     assert set(reading.samples[2].labelled["mig_memory_used"]) == {("1",)}
+
+
+def test_a_gpm_metric_answered_nan_is_left_out(node) -> None:
+    fake, source, clock = node()
+    fake.gpu(1).set(gpm={"sm_active": 0.0, "sm_occupancy": 0.0, "tensor_active": 0.0, "dram_active": float("nan")})
+    gpu = collect(source, clock, 2).samples[1]
+    assert "dram_active" not in gpu.scalars and gpu.scalars["sm_active"] == 0.0  # missing, not NaN

@@ -50,6 +50,7 @@ import ctypes
 import functools
 import importlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -781,8 +782,9 @@ class NvmlSource:
         result = self._attempt(index, "gpm_metrics", nvml.nvmlGpmMetricsGet, request)
         if result is None:
             return None
+        # A metric answered NaN is left out: an idle H200 answered DRAM_BW_UTIL so (benchmarks/real_h200_nvml.json)
         return {metric_id: float(result.metrics[slot].value) for slot, metric_id in enumerate(metric_ids)
-                if result.metrics[slot].nvmlReturn == nvml.NVML_SUCCESS}
+                if result.metrics[slot].nvmlReturn == nvml.NVML_SUCCESS and math.isfinite(result.metrics[slot].value)}
 
     # -- fabric and MIG ----------------------------------------------------------------------------
 
