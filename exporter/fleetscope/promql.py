@@ -127,6 +127,12 @@ RANK_PHASE = "rank:fleetscope_training_phase:current"
 RANK_GONE = "rank:fleetscope_training_process_up:gone"
 RANK_SILENT = "rank:fleetscope_training_last_push_timestamp_seconds:silent"
 JOB_LAST_PUSH = "training_job:fleetscope_training_last_push_timestamp_seconds:max"
+# Ranks that stopped (value 1): said goodbye, process gone, or no report for Settings.running_report_seconds; and
+# per job its ranks that still run. A stopped rank keeps its frozen medians and counters for minutes: every
+# straggler, pace and share rule leaves it out, and a job without running ranks raises none of their alerts
+# (its stop is the hang and silence rules').
+RANK_STOPPED = "rank:fleetscope_training_last_push_timestamp_seconds:stopped"
+JOB_RUNNING_RANKS = "training_job:fleetscope_training_step_seconds_median:count_running"
 
 
 def on_prometheus_clock(selector: str) -> str:

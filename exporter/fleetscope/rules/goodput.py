@@ -27,6 +27,8 @@ from fleetscope.promql import (
     JOB_STEP,
     JOB_STEP_BEST,
     JOB_STEP_SUSTAINED,
+    RANK_ENDED,
+    RANK_KEY,
     indent,
     on_prometheus_clock,
     rank_share,
@@ -80,7 +82,8 @@ def recording_rules(s: Settings) -> Group:
         f"{JOB_STALLED} * 0"
     )
     rules = [
-        Record(JOB_RANKS, f"count by ({JOB_KEY}) ({last_step})"),
+        # Ranks that said goodbye are left out: a job that ended is not stalled, and loses nothing.
+        Record(JOB_RANKS, f"count by ({JOB_KEY}) (\n  {last_step}\n    unless on ({RANK_KEY})\n  {RANK_ENDED}\n)"),
         # On Prometheus's clock, as time() it is compared with (a node's wall clock may be stepped).
         Record(JOB_LAST_STEP, f"max by ({JOB_KEY}) (\n  {indent(on_prometheus_clock(last_step))}\n)"),
         Record(JOB_STEP_SUSTAINED, f"quantile_over_time(0.5, {JOB_STEP}[{s.goodput_sustain_window}])"),

@@ -113,6 +113,10 @@ class Settings:
     # is measured at it (docs/runbooks.md). Empty: global.
     progress_evaluation_interval: str = "15s"
     silent_after_seconds: float = 120.0  # a rank with no push for this long while others push
+    # A rank is judged on its pace (stragglers, shares, slowdown, goodput) only while it runs: not ended, its
+    # process not gone, and a report newer than this (reports come every second; this covers a missed 30 s
+    # scrape). A job none of whose ranks runs raises none of those alerts; a firing one resolves.
+    running_report_seconds: float = 60.0
     silent_for: str = "1m"
     dead_for: str = "1m"  # a rank's process gone without a goodbye (the daemon saw it go)
     input_warning_share: float = 0.05  # PyTorch profiler's input-bound rule
@@ -259,6 +263,7 @@ E2E = dataclasses.replace(
     hang_pause_seconds=300.0,
     progress_evaluation_interval="5s",
     silent_after_seconds=30.0,
+    running_report_seconds=15.0,
     silent_for="10s",
     dead_for="10s",
     input_for="30s",

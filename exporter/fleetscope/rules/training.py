@@ -21,10 +21,12 @@ from fleetscope.promql import (
     JOB_KEY,
     JOB_MIN_COMM_SHARE,
     JOB_RANKS_COMPARED,
+    JOB_RUNNING_RANKS,
     JOB_STEP,
     JOB_STEP_RATE,
     JOB_STRAGGLER_THRESHOLD,
     JOB_TOKEN_RATE,
+    NODE_CLOCK_OFFSET,
     NODE_JOB_STRAGGLERS,
     RANK_COMM_SHARE_TYPICAL,
     RANK_COMPUTE_RATIO,
@@ -32,6 +34,7 @@ from fleetscope.promql import (
     RANK_ENDED,
     RANK_GPU,
     RANK_KEY,
+    RANK_STOPPED,
     STAGE_COMPUTE,
     STAGE_KEY,
     STRAGGLER_CAUSE,
@@ -64,6 +67,32 @@ def rank_gpu(s: Settings) -> str:
         f")\n"
         f"  or on ({RANK_KEY})\n"
         f"group by (cluster, {RANK_KEY}) (\n  " + "\n  or\n  ".join(sel(s, m) for m in seen) + "\n)"
+    )
+
+
+def stopped(s: Settings) -> str:
+    """Ranks that stopped (value 1): said goodbye (``phase="ended"``, read raw so that it counts at the next
+    evaluation), process gone, or no report for ``running_report_seconds`` (on Prometheus's clock)."""
+    last_push = sel(s, training.LAST_PUSH_TIMESTAMP_SECONDS)
+    ended = sel(s, training.PHASE, 'phase="ended"')
+    return (
+        f"group by (cluster, {RANK_KEY}) (\n"
+        f"  {ended} == 1\n"
+        f"  or\n"
+        f"  {sel(s, training.PROCESS_UP)} == 0\n"
+        f"  or\n"
+        f"  {last_push}\n    + on (instance) group_left ()\n  {NODE_CLOCK_OFFSET}\n"
+        f"    < time() - {num(s.running_report_seconds)}\n"
+        f")"
+    )
+
+
+def running_ranks(s: Settings) -> str:
+    """Per job, its ranks that have stepped (a step-time counter or median) and have not stopped."""
+    stepped = f"{sel(s, training.STEP_SECONDS_TOTAL)}\n    or\n  {sel(s, training.STEP_SECONDS_MEDIAN)}"
+    return (
+        f"count by ({JOB_KEY}) (\n  group by (cluster, {RANK_KEY}) (\n    {indent(stepped, '    ')}\n  )\n"
+        f"    unless on ({RANK_KEY})\n  {RANK_STOPPED}\n)"
     )
 
 
@@ -118,7 +147,11 @@ def recording_rules(s: Settings) -> list[Group]:
     )
     interval = s.training_evaluation_interval
     return [
-        Group("fleetscope-rank-gpu.rules", (Record(RANK_GPU, rank_gpu(s)),), interval=interval),
+        Group("fleetscope-rank-gpu.rules", (
+            Record(RANK_GPU, rank_gpu(s)),
+            Record(RANK_STOPPED, stopped(s)),
+            Record(JOB_RUNNING_RANKS, running_ranks(s)),
+        ), interval=interval),
         Group("fleetscope-training.rules", ratios, interval=interval),
         Group("fleetscope-training-spread.rules", spread, interval=interval),
     ]
@@ -127,7 +160,10 @@ def recording_rules(s: Settings) -> list[Group]:
 def flag_records(s: Settings) -> tuple[Record, ...]:
     """The flagged ranks and their count per node and job: first in the cause verdict's group."""
     return (
-        Record(STRAGGLERS, f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}"),
+        Record(STRAGGLERS, (
+            f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}\n"
+            f"  unless on ({RANK_KEY})\n{RANK_STOPPED}"
+        )),
         Record(NODE_JOB_STRAGGLERS, f"count by (cluster, instance, training_job) ({STRAGGLERS})"),
     )
 
@@ -147,7 +183,8 @@ def pace_rules(s: Settings) -> list[Group]:
         Record(JOB_STEP_RATE, f"avg by ({JOB_KEY}) (rate({sel(s, training.STEPS_TOTAL)}[{w}]))"),
         Record(JOB_TOKEN_RATE, f"sum by ({JOB_KEY}) (rate({sel(s, training.TOKENS_TOTAL)}[{w}]))"),
         Record(RANK_COMM_SHARE_TYPICAL, (
-            f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}"
+            f"{sel(s, training.COMM_SECONDS_MEDIAN)}\n  /\n{sel(s, training.STEP_SECONDS_MEDIAN)}\n"
+            f"  unless on ({RANK_KEY})\n{RANK_STOPPED}"
         )),
         Record(JOB_MIN_COMM_SHARE, f"min by ({JOB_KEY}) ({RANK_COMM_SHARE_TYPICAL})"),
     ]
@@ -156,7 +193,9 @@ def pace_rules(s: Settings) -> list[Group]:
     parts = {"input": ("data", training.DATA_SECONDS_TOTAL), "comm": ("comm", training.COMM_SECONDS_TOTAL)}
     for name, (part, counter) in parts.items():
         shares = (
-            Record(rank_share(part), f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}"),
+            Record(rank_share(part), (
+                f"rate({sel(s, counter)}[{w}])\n  /\n{step_rate}\n  unless on ({RANK_KEY})\n{RANK_STOPPED}"
+            )),
             Record(job_share(part), f"quantile by ({JOB_KEY}) (0.5, {rank_share(part)})"),
         )
         groups.append(Group(f"fleetscope-training-{name}.rules", shares, interval=s.record_evaluation_interval))
@@ -246,6 +285,8 @@ def pace_alert_rules(s: Settings) -> Group:
     low_activity_expr = (
         f"(\n"
         f"  {held(s, training.RANK_INFO)}\n"
+        f"    unless on ({RANK_KEY})\n"
+        f"  {RANK_STOPPED}\n"
         f"    and on ({JOB_KEY})\n"
         f"  {JOB_STEP_RATE} > 0\n"
         f")\n"
@@ -264,7 +305,10 @@ def pace_alert_rules(s: Settings) -> Group:
                 # read as slower than its first steps on the loader's prefetched batches. Its stop is
                 # TrainingJobHang's or a pause, not a slower pace.
                 f"  unless on ({JOB_KEY})\n"
-                f"{JOB_STEP_RATE} == 0"
+                f"{JOB_STEP_RATE} == 0\n"
+                # A job none of whose ranks runs (ended, gone, silent) is no slower: it stopped.
+                f"  and on ({JOB_KEY})\n"
+                f"{JOB_RUNNING_RANKS}"
             ),
             "warning",
             "A training job's steps are slower than its own recent baseline.",
@@ -276,7 +320,7 @@ def pace_alert_rules(s: Settings) -> Group:
     for severity, share in (("warning", s.input_warning_share), ("critical", s.input_critical_share)):
         alerts.append(Alert(
             "TrainingInputBound",
-            f"{job_share('data')} > {num(share)}",
+            f"{job_share('data')} > {num(share)}\n  and on ({JOB_KEY})\n{JOB_RUNNING_RANKS}",
             severity,  # type: ignore[arg-type]
             "A training job waits on its input pipeline for a large share of each step.",
             "Ranks of training job {{ $labels.training_job }} spend a median {{ $value | humanizePercentage }} of "
@@ -295,6 +339,8 @@ def pace_alert_rules(s: Settings) -> Group:
                 f"  {rank_share('data')} > {num(share)}\n"
                 f"    unless on (training_job)\n"
                 f"  {job_share('data')} > {num(share)}\n"
+                f"    unless on ({RANK_KEY})\n"
+                f"  {RANK_STOPPED}\n"
                 f")"
             ),
             severity,  # type: ignore[arg-type]
@@ -316,7 +362,9 @@ def pace_alert_rules(s: Settings) -> Group:
             f"unless on ({JOB_KEY})\n"
             f"{STRAGGLERS}\n"
             f"unless on (training_job)\n"
-            f"({rank_share('data')} > {num(s.input_warning_share)})"
+            f"({rank_share('data')} > {num(s.input_warning_share)})\n"
+            f"and on ({JOB_KEY})\n"
+            f"{JOB_RUNNING_RANKS}"
         ),
         "warning",
         "Every rank of a training job spends a large share of each step in exposed communication.",
