@@ -25,19 +25,31 @@ STAGE_KEY = "cluster, training_job, pp_stage"
 
 # -- training: stragglers --------------------------------------------------------------------------
 
-# Median over a pipeline stage's ranks of each rank's rolling-median compute time.
-STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_median:median"
-# A rank's rolling-median compute time over its stage's median (1.0 = typical), with `gpu` from rank_info.
-RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median"
-# The same ratio, its median over the straggler window: the statistic a straggler is judged on.
-RANK_COMPUTE_RATIO_SMOOTHED = "rank:fleetscope_training_compute_seconds_median:ratio_stage_median_smoothed"
-# A job's robust spread of the smoothed ratios: 1.4826 x their median absolute deviation from 1.
-JOB_COMPUTE_RATIO_SPREAD = "training_job:fleetscope_training_compute_seconds_median:ratio_robust_sd"
-# Ranks of a job with a smoothed ratio: the N of the threshold's expected largest of N healthy ranks.
-JOB_RANKS_COMPARED = "training_job:fleetscope_training_compute_seconds_median:count"
-# The smoothed ratio above which a rank of the job is a straggler.
-JOB_STRAGGLER_THRESHOLD = "training_job:fleetscope_training_compute_seconds_median:straggler_threshold"
-# Flagged ranks only: the smoothed ratio of every rank above its job's threshold.
+# Each rank's mean compute time per step over the last sample window (its counters' increase: every step counts
+# once, whatever the daemon's rolling window), a sample every straggler_sample_window.
+RANK_COMPUTE_STEP = "rank:fleetscope_training_compute_seconds_per_steps:ratio_increase"
+# Median over a pipeline stage's ranks of those means.
+STAGE_COMPUTE = "training_job_pp_stage:fleetscope_training_compute_seconds_per_steps:median"
+# A rank's mean over its stage's median (1.0 = typical), with `gpu` from rank_info: one sample of the evidence.
+RANK_COMPUTE_RATIO = "rank:fleetscope_training_compute_seconds_per_steps:ratio_stage_median"
+# The samples' median over the straggler window: how much slower the rank is, the value its alert says.
+RANK_COMPUTE_RATIO_SMOOTHED = "rank:fleetscope_training_compute_seconds_per_steps:ratio_stage_median_over_time"
+# The samples' standard deviation over the straggler window: the rank's own noise.
+RANK_COMPUTE_RATIO_NOISE = "rank:fleetscope_training_compute_seconds_per_steps:ratio_stddev_over_time"
+# The number of samples over the straggler window (it grows from a job's start to the window's length).
+RANK_COMPUTE_RATIO_SAMPLES = "rank:fleetscope_training_compute_seconds_per_steps:ratio_count_over_time"
+# Per job, the median of its ranks' noise: the peers' noise, which a rank's own is pooled with.
+JOB_COMPUTE_RATIO_NOISE = "training_job:fleetscope_training_compute_seconds_per_steps:ratio_stddev_median"
+# The lower confidence bound on a rank's median ratio, the larger over the short and the long window: the evidence.
+RANK_COMPUTE_RATIO_BOUND = "rank:fleetscope_training_compute_seconds_per_steps:ratio_lower_bound"
+# A job's robust spread of the window medians: 1.4826 x their median absolute deviation from 1, less their median
+# standard error (the medians' own noise), at least 0: how much its ranks really differ.
+JOB_COMPUTE_RATIO_SPREAD = "training_job:fleetscope_training_compute_seconds_per_steps:ratio_robust_sd"
+# Ranks of a job with a window median: the N of the threshold's expected largest of N healthy ranks.
+JOB_RANKS_COMPARED = "training_job:fleetscope_training_compute_seconds_per_steps:count"
+# The ratio a rank's lower bound must exceed to be a straggler.
+JOB_STRAGGLER_THRESHOLD = "training_job:fleetscope_training_compute_seconds_per_steps:straggler_threshold"
+# Flagged ranks only: the window median of every rank whose lower bound is above its job's threshold.
 STRAGGLERS = "rank:fleetscope_training_straggler:compute_ratio"
 # The cause verdict: every flagged rank once, labelled `cause` (see STRAGGLER_CAUSES), value = its ratio.
 STRAGGLER_CAUSE = "rank:fleetscope_training_straggler:cause"

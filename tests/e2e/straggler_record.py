@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from fleetscope_sim.localhttp import get_json
 from tests.e2e.training_jobs import PRODUCTION_RULES, Cluster, cluster
 
 SCRAPE = 15.0
@@ -39,14 +40,21 @@ def snapshot(jobs: Cluster, started: float, out: str, meta: dict[str, Any]) -> N
     assert jobs.prometheus is not None
     now = time.time()
     window = f"{int(now - started) + 60}s"
-    data = jobs.prometheus._get("/api/v1/query", query=f'{{__name__=~"{KEPT.pattern}"}}[{window}]', time=f"{now:.3f}")
+    try:  # a busy machine's Prometheus can take a while: a snapshot that fails is retried at the next one
+        body = get_json(f"{jobs.prometheus.url}/api/v1/query", timeout=300.0,
+                                params={"query": f'{{__name__=~"{KEPT.pattern}"}}[{window}]', "time": f"{now:.3f}"})
+        data = body["data"]
+    except (OSError, KeyError, TypeError) as error:
+        print(f"snapshot failed: {error}", flush=True)
+        return
     raw = {**meta, "started": started, "ended": now, "scrape_seconds": SCRAPE, "series": data["result"]}
     with gzip.open(out + ".tmp", "wt", encoding="utf-8") as handle:
         json.dump(raw, handle, separators=(",", ":"))
     os.replace(out + ".tmp", out)
 
 
-def record(out: str, base_port: int, minutes: float, slow_minutes: float, save_every: float) -> None:
+def record(out: str, base_port: int, minutes: float, slow_minutes: float, save_every: float,
+           slowdowns: tuple[float, ...] = SLOWDOWNS) -> None:
     steps_long = str(int(minutes * 60 / 0.3))  # more than fit: the healthy jobs are stopped at the end
     steps_slow = str(int(slow_minutes * 60 / 0.42))
     with cluster(2, base_port, rules=PRODUCTION_RULES, scrape_seconds=SCRAPE) as jobs:
@@ -57,7 +65,7 @@ def record(out: str, base_port: int, minutes: float, slow_minutes: float, save_e
             jobs.launch(name, 4, 2, port, "--model", "ddp", "--steps", steps_long, "--device-ms", DEVICE_MS)
             meta["jobs"].append({"name": name, "slowdown": 0.0, "launched": time.time()})
             port += 1
-        queue = list(SLOWDOWNS)
+        queue = list(slowdowns)
         current: str | None = None
         deadline = started + minutes * 60
         saved = time.time()
@@ -92,8 +100,10 @@ def main() -> int:
     rec.add_argument("--minutes", type=float, default=100.0)
     rec.add_argument("--slow-minutes", type=float, default=14.0)
     rec.add_argument("--save-every", type=float, default=300.0)
+    rec.add_argument("--slowdowns", default=",".join(f"{x:g}" for x in SLOWDOWNS))
     args = parser.parse_args()
-    record(args.out, args.base_port, args.minutes, args.slow_minutes, args.save_every)
+    record(args.out, args.base_port, args.minutes, args.slow_minutes, args.save_every,
+           tuple(float(x) for x in args.slowdowns.split(",")))
     return 0
 
 

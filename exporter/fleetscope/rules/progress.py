@@ -200,6 +200,9 @@ def recording_rules(s: Settings) -> Group:
         Record(JOB_HUNG, hung(s)),
         Record(RANK_AWAITED, awaited(s)),
         Record(RANK_HANG_SUSPECTS, suspects(s)),
+        # Last, in the group that records what it reads: it names the rank at the evaluation whose records say
+        # so, not an evaluation later (the latency budget, docs/runbooks.md#trainingjobhang).
+        hang_alert(s),
     ), interval=s.progress_evaluation_interval)
 
 
@@ -233,9 +236,13 @@ def _query(s: Settings, metric: str, matchers: str, args: str, then: str, wrap: 
     return f"{{{{ with printf `{expr}` {args} | query }}}}{then}{{{{ end }}}}"
 
 
-def alert_rules(s: Settings) -> Group:
-    rank = 'training_job="%s", rank="%s", instance="%s"'
-    rank_args = "$labels.training_job $labels.rank $labels.instance"
+RANK_MATCH = 'training_job="%s", rank="%s", instance="%s"'
+RANK_ARGS = "$labels.training_job $labels.rank $labels.instance"
+WHERE = "rank {{ $labels.rank }} on {{ $labels.instance }}{{ with $labels.gpu }} (GPU {{ . }}){{ end }}"
+
+
+def hang_alert(s: Settings) -> Alert:
+    rank, rank_args, where = RANK_MATCH, RANK_ARGS, WHERE
     job = 'training_job="%s"'
     at_step = _query(s, str(training.CURRENT_STEP), rank, rank_args, " at step {{ . | first | value }}")
     waiting = _query(
@@ -248,7 +255,6 @@ def alert_rules(s: Settings) -> Group:
         "{{ . | first | value | humanizeDuration }} ago (frozen, stuck in native code holding the GIL, or cut off "
         "from the node's daemon){{ end }}"
     )
-    where = "rank {{ $labels.rank }} on {{ $labels.instance }}{{ with $labels.gpu }} (GPU {{ . }}){{ end }}"
     # The suspects with their GPU, or, where every rank waits in a collective, the job alone; never a job with
     # a dead rank (TrainingRankDead says it).
     hang_expr = (
@@ -273,6 +279,19 @@ def alert_rules(s: Settings) -> Group:
         "position (an older client)."
         "{{ end }}"
     )
+    return Alert(
+        "TrainingJobHang",
+        hang_expr,
+        "critical",
+        "A training job makes no progress; the alert names the rank it waits for.",
+        hang_description,
+        s.hang_for,
+    )
+
+
+def alert_rules(s: Settings) -> Group:
+    rank, rank_args, where = RANK_MATCH, RANK_ARGS, WHERE
+    at_step = _query(s, str(training.CURRENT_STEP), rank, rank_args, " at step {{ . | first | value }}")
     dead_phase = _query(
         s, str(training.PHASE), rank, rank_args, " in its {{ (. | first).Labels.phase }} phase", "{} == 1"
     )
@@ -286,14 +305,6 @@ def alert_rules(s: Settings) -> Group:
         f")"
     )
     alerts = [
-        Alert(
-            "TrainingJobHang",
-            hang_expr,
-            "critical",
-            "A training job makes no progress; the alert names the rank it waits for.",
-            hang_description,
-            s.hang_for,
-        ),
         Alert(
             "TrainingRankDead",
             on_gpu(RANK_GONE),

@@ -73,13 +73,23 @@ class Settings:
     scrape_gap_window: str = "1m"
     keep_firing_for: str = "2m"
 
-    # Training stragglers. A rank's rolling-median compute time over its pipeline stage's median (the
-    # instant ratio) is smoothed by its median over straggler_window; a rank is flagged when that
-    # smoothed ratio exceeds 1 + the larger of straggler_min_excess and the job's robust spread
-    # (1.4826 x MAD of the smoothed ratios) times (sqrt(2 ln N) + straggler_spread_margin), the
-    # expected largest of N healthy ranks plus a margin. See docs/runbooks.md#trainingstragglerrank.
-    straggler_window: str = "2m"
-    straggler_min_excess: float = 0.03  # healthy ranks stay within ~1% sustained; a 5% slower GPU reads ~1.048
+    # Training stragglers: evidence that accumulates (docs/runbooks.md#trainingstragglerrank). Every
+    # straggler_sample_window (the evaluation interval of the straggler records) each rank's mean compute time per
+    # step over that window, over its pipeline stage's median of the same, is one sample (1.0 = typical). A rank
+    # is flagged when the lower confidence bound on the median of its samples, over straggler_short_window or
+    # straggler_window (the larger bound), median - straggler_confidence x 1.2533 x sigma / sqrt(n), exceeds
+    # 1 + the larger of straggler_min_excess and the job's robust spread (1.4826 x MAD of the window medians, less
+    # their median standard error: the spread of ranks that really differ, not the medians' own noise) times
+    # (sqrt(2 ln N) + straggler_spread_margin); sigma pools the rank's own SD of its samples with its
+    # job's median SD (their quadratic mean); a window needs straggler_min_samples samples. So a persistent 2%
+    # is named in minutes, a burst that spans fewer than half a short window's samples never (it moves the
+    # median of none), and jitter widens the bound rather than moving the median.
+    straggler_sample_window: str = "1m"
+    straggler_short_window: str = "4m"
+    straggler_window: str = "10m"
+    straggler_min_samples: float = 4.0
+    straggler_confidence: float = 2.5  # standard errors below the median (one-sided 0.6%); the floor does the rest
+    straggler_min_excess: float = 0.01  # healthy real ranks' window medians stay within ~0.2% of their stage's
     straggler_spread_margin: float = 1.5  # robust SDs beyond the expected largest healthy rank
     straggler_spread_min_ranks: float = 3.0  # fewer ranks than this: no spread estimate, the floor alone
     straggler_for: str = "1m"
@@ -224,8 +234,8 @@ class Settings:
             raise ValueError("slowdown_ratio below 1.03 alerts on diurnal swings (1-2%)")
         if not 0 < self.straggler_critical_score < 1 / (1 + self.straggler_min_excess):
             raise ValueError("straggler_critical_score must flag ranks slower than the warning threshold")
-        if self.straggler_min_excess < 0.02:
-            raise ValueError("straggler_min_excess below 0.02 flags healthy ranks (their sustained spread is ~1%)")
+        if self.straggler_min_excess < 0.005:
+            raise ValueError("straggler_min_excess below 0.005 flags healthy ranks (their persistent spread is ~0.2%)")
         if not 0 < self.breaker_percent <= 100:
             raise ValueError("breaker_percent is a share of the cluster's nodes, in (0, 100]")
         if not self.hang_min_seconds <= self.hang_max_seconds:
@@ -248,7 +258,10 @@ E2E = dataclasses.replace(
     keep_firing_for="15s",
     rate_window="1m",
     share_window="1m",
-    straggler_window="1m",
+    straggler_sample_window="15s",
+    straggler_short_window="1m",
+    straggler_window="2m",
+    straggler_min_samples=4.0,
     straggler_for="30s",
     straggler_critical_for="30s",
     slowdown_window="1m",

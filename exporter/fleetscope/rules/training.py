@@ -3,20 +3,22 @@
 Ranks are compared on compute time, never step time (in synchronous training
 a slow rank turns into collective wait on all the others), and only within
 their pipeline stage (stages do different work). A straggler is judged on
-three layers of smoothing, each against a different kind of noise: the
-daemon's rolling median over the rank's last steps (one checkpoint or GC
-pause is one step of many), the median of the stage ratio over
-``straggler_window`` (scheduler noise, scrape jitter) and ``for:`` (the flag
-must hold over consecutive evaluations). The threshold adapts to the job's own
+evidence that accumulates: every minute, each rank's mean compute time per step
+(from its counters) over its stage's median is one sample; the lower confidence
+bound on the samples' median over 5 and 10 minutes, against the rank's own noise
+pooled with its peers', must exceed a threshold that follows the job's own
 spread between ranks (a robust SD from the median absolute deviation), never
 below ``straggler_min_excess``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from fleetscope.metrics import training
 from fleetscope.promql import (
     GPU_BUSY,
+    JOB_COMPUTE_RATIO_NOISE,
     JOB_COMPUTE_RATIO_SPREAD,
     JOB_KEY,
     JOB_MIN_COMM_SHARE,
@@ -30,7 +32,11 @@ from fleetscope.promql import (
     NODE_JOB_STRAGGLERS,
     RANK_COMM_SHARE_TYPICAL,
     RANK_COMPUTE_RATIO,
+    RANK_COMPUTE_RATIO_BOUND,
+    RANK_COMPUTE_RATIO_NOISE,
+    RANK_COMPUTE_RATIO_SAMPLES,
     RANK_COMPUTE_RATIO_SMOOTHED,
+    RANK_COMPUTE_STEP,
     RANK_ENDED,
     RANK_GPU,
     RANK_KEY,
@@ -74,10 +80,9 @@ def stopped(s: Settings) -> str:
     """Ranks that stopped (value 1): said goodbye (``phase="ended"``, read raw so that it counts at the next
     evaluation), process gone, or no report for ``running_report_seconds`` (on Prometheus's clock)."""
     last_push = sel(s, training.LAST_PUSH_TIMESTAMP_SECONDS)
-    ended = sel(s, training.PHASE, 'phase="ended"')
     return (
         f"group by (cluster, {RANK_KEY}) (\n"
-        f"  {ended} == 1\n"
+        f"  {ended(s)} == 1\n"
         f"  or\n"
         f"  {sel(s, training.PROCESS_UP)} == 0\n"
         f"  or\n"
@@ -85,6 +90,17 @@ def stopped(s: Settings) -> str:
         f"    < time() - {num(s.running_report_seconds)}\n"
         f")"
     )
+
+
+def ended(s: Settings) -> str:
+    return sel(s, training.PHASE, 'phase="ended"')
+
+
+def unless_ended(s: Settings, expr: str) -> str:
+    """``expr`` for jobs none of whose ranks said goodbye at the last scrape: read raw, so that an alert about a
+    job neither becomes pending nor fires at the first evaluation after its end (the records that leave a
+    stopped rank out are an evaluation behind)."""
+    return f"{expr}\n  unless on ({JOB_KEY})\n{ended(s)} == 1"
 
 
 def running_ranks(s: Settings) -> str:
@@ -119,41 +135,87 @@ def straggler_threshold(s: Settings) -> str:
     )
 
 
+def lower_bound(s: Settings, window: str, median: str, noise: str, count: str) -> str:
+    """The lower confidence bound on a rank's median ratio over ``window``: median - z x 1.2533 x sigma / sqrt(n)
+    (1.2533 sigma / sqrt(n): the standard error of a median), sigma the quadratic mean of the rank's own SD and its
+    job's median SD; only with ``straggler_min_samples`` samples in the window."""
+    sigma = f"sqrt(({noise} ^ 2 + on ({JOB_KEY}) group_left {JOB_COMPUTE_RATIO_NOISE} ^ 2) / 2)"
+    return (
+        f"(\n  {median}\n    -\n  {num(s.straggler_confidence * 1.2533)} * {sigma}\n    /\n  sqrt({count})\n)\n"
+        f"  and\n{count} >= {num(s.straggler_min_samples)}"
+    )
+
+
+def straggler_bounds(s: Settings) -> tuple[Record, ...]:
+    """The lower bound over the short and over the long window, one series each (label ``window``): the short one
+    names a slowdown that began in an old job sooner, the long one has the evidence of more samples. A rank is
+    judged on the larger."""
+    short = lower_bound(
+        s, s.straggler_short_window,
+        f"quantile_over_time(0.5, {RANK_COMPUTE_RATIO}[{s.straggler_short_window}])",
+        f"stddev_over_time({RANK_COMPUTE_RATIO}[{s.straggler_short_window}])",
+        f"count_over_time({RANK_COMPUTE_RATIO}[{s.straggler_short_window}])",
+    )
+    long = lower_bound(s, s.straggler_window, RANK_COMPUTE_RATIO_SMOOTHED, RANK_COMPUTE_RATIO_NOISE,
+                       RANK_COMPUTE_RATIO_SAMPLES)
+    return (
+        Record(RANK_COMPUTE_RATIO_BOUND, short, {"window": s.straggler_short_window}),
+        Record(RANK_COMPUTE_RATIO_BOUND, long, {"window": s.straggler_window}),
+    )
+
+
 def recording_rules(s: Settings) -> list[Group]:
-    """The rank -> GPU map, each rank's smoothed compute ratio, and the job's spread it is held against: three
-    groups at ``training_evaluation_interval`` (a group's rules run one after another, groups side by side; with
-    the flags they took 1.7 s an evaluation at 2,048 nodes). The flags (:func:`flag_records`) open the cause
-    verdict's group, which reads them at the same evaluation.
+    """The rank -> GPU map and the ranks that stopped (at ``training_evaluation_interval``); each rank's samples
+    of its compute ratio and their median and noise over the straggler window; the job's spread, noise and
+    threshold and each rank's lower bound (both at ``straggler_sample_window``, so that samples do not
+    overlap). A group's rules run one after another, groups side by side. The flags (:func:`flag_records`) open
+    the cause verdict's group, which reads them at the same evaluation.
 
     The ratio joins the map as its group last wrote it (a rank restarted onto another GPU carries the old one for
-    up to an evaluation, as every reader of the map does); the spread reads the smoothed ratios of the evaluation
-    before. A flag compares a smoothed ratio with a threshold one evaluation older than the ratio: the threshold
-    follows the job's spread, a median over all of its ranks that one slow rank barely moves."""
-    # The per-rank medians are read as scraped, not held: a rank missing from one scrape drops out of one
-    # evaluation of a job-wide statistic, and the straggler statistic is a median over straggler_window of
-    # these records (a range read, which a missed scrape does not interrupt).
-    compute = sel(s, training.COMPUTE_SECONDS_MEDIAN)
-    ratio = f"{compute}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}"
+    up to an evaluation, as every reader of the map does); the spread group reads the medians of the evaluation
+    before."""
+    # A sample is a mean over every step of the window, from the counters: a GC pause or a checkpoint inside
+    # a step moves one sample, which the median over the window does not follow. A rank without a step in the
+    # window (hung, paused) has no sample; one that stopped has none either.
+    w = s.straggler_sample_window
+    steps = f"(increase({sel(s, training.STEPS_TOTAL)}[{w}]) > 0)"
+    mean = (
+        f"increase({sel(s, training.COMPUTE_SECONDS_TOTAL)}[{w}])\n  /\n{steps}\n"
+        f"  unless on ({RANK_KEY})\n{RANK_STOPPED}"
+    )
+    ratio = f"{RANK_COMPUTE_STEP}\n  / on ({STAGE_KEY}) group_left\n{STAGE_COMPUTE}"
     ratios = (
-        Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {compute})"),
+        Record(RANK_COMPUTE_STEP, mean),
+        Record(STAGE_COMPUTE, f"quantile by ({STAGE_KEY}) (0.5, {RANK_COMPUTE_STEP})"),
         Record(RANK_COMPUTE_RATIO, on_gpu(f"(\n  {indent(ratio)}\n)")),
         Record(RANK_COMPUTE_RATIO_SMOOTHED, f"quantile_over_time(0.5, {RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
+        Record(RANK_COMPUTE_RATIO_NOISE, f"stddev_over_time({RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
+        Record(RANK_COMPUTE_RATIO_SAMPLES, f"count_over_time({RANK_COMPUTE_RATIO}[{s.straggler_window}])"),
     )
     spread = (
-        Record(JOB_COMPUTE_RATIO_SPREAD,
-               f"1.4826 * quantile by ({JOB_KEY}) (0.5, abs({RANK_COMPUTE_RATIO_SMOOTHED} - 1))"),
+        Record(JOB_COMPUTE_RATIO_SPREAD, (
+            f"clamp_min(\n"
+            f"  1.4826 * quantile by ({JOB_KEY}) (0.5, abs({RANK_COMPUTE_RATIO_SMOOTHED} - 1))\n"
+            f"    -\n"
+            f"  quantile by ({JOB_KEY}) (\n"
+            f"    0.5, 1.2533 * {RANK_COMPUTE_RATIO_NOISE} / sqrt({RANK_COMPUTE_RATIO_SAMPLES})\n"
+            f"  ),\n"
+            f"  0\n"
+            f")"
+        )),
         Record(JOB_RANKS_COMPARED, f"count by ({JOB_KEY}) ({RANK_COMPUTE_RATIO_SMOOTHED})"),
+        Record(JOB_COMPUTE_RATIO_NOISE, f"quantile by ({JOB_KEY}) (0.5, {RANK_COMPUTE_RATIO_NOISE})"),
         Record(JOB_STRAGGLER_THRESHOLD, straggler_threshold(s)),
+        *straggler_bounds(s),
     )
-    interval = s.training_evaluation_interval
     return [
         Group("fleetscope-rank-gpu.rules", (
             Record(RANK_GPU, rank_gpu(s)),
             Record(RANK_STOPPED, stopped(s)),
             Record(JOB_RUNNING_RANKS, running_ranks(s)),
-        ), interval=interval),
-        Group("fleetscope-training.rules", ratios, interval=interval),
-        Group("fleetscope-training-spread.rules", spread, interval=interval),
+        ), interval=s.training_evaluation_interval),
+        Group("fleetscope-training.rules", ratios, interval=w),
+        Group("fleetscope-training-spread.rules", spread, interval=w),
     ]
 
 
@@ -161,8 +223,15 @@ def flag_records(s: Settings) -> tuple[Record, ...]:
     """The flagged ranks and their count per node and job: first in the cause verdict's group."""
     return (
         Record(STRAGGLERS, (
-            f"{RANK_COMPUTE_RATIO_SMOOTHED}\n  > on ({JOB_KEY}) group_left\n{JOB_STRAGGLER_THRESHOLD}\n"
-            f"  unless on ({RANK_KEY})\n{RANK_STOPPED}"
+            f"{RANK_COMPUTE_RATIO_SMOOTHED}\n"
+            f"  and on ({RANK_KEY})\n"
+            f"(\n  max without (window) ({RANK_COMPUTE_RATIO_BOUND})\n    > on ({JOB_KEY}) group_left\n"
+            f"  {JOB_STRAGGLER_THRESHOLD}\n)\n"
+            # Only a rank with a sample now: the window's evidence outlives a rank that stopped by a window.
+            f"  and on ({RANK_KEY})\n{RANK_COMPUTE_RATIO}\n"
+            f"  unless on ({RANK_KEY})\n{RANK_STOPPED}\n"
+            # A goodbye read raw: no rank of a job that is ending is flagged at the evaluation after it.
+            f"  unless on ({JOB_KEY})\n{ended(s)} == 1"
         )),
         Record(NODE_JOB_STRAGGLERS, f"count by (cluster, instance, training_job) ({STRAGGLERS})"),
     )
@@ -385,5 +454,6 @@ def pace_alert_rules(s: Settings) -> Group:
         f"(threshold {num(s.low_activity_ratio * 100)}%) while the rank completes steps.",
         s.low_activity_for,
     ))
-    return Group("fleetscope-training-pace", tuple(alerts), interval=s.slow_evaluation_interval)
+    gated = tuple(dataclasses.replace(a, expr=unless_ended(s, a.expr)) for a in alerts)
+    return Group("fleetscope-training-pace", gated, interval=s.slow_evaluation_interval)
 
