@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetscope.rules.settings import PRODUCTION, seconds
 from fleetscope.promql import JOB_LOST_GPU_SECONDS, JOB_STALLED
+from fleetscope.rules.settings import PRODUCTION, seconds
 
 from .rulefiles import ALERTS_DIR, group_order
 

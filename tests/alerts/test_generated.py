@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
+from fleetscope.promql import JOB_STRAGGLER_THRESHOLD
 from fleetscope.rules.render import OUTPUTS, render, stale_outputs
 from fleetscope.rules.settings import E2E, PRODUCTION, Settings, seconds
-from fleetscope.promql import JOB_STRAGGLER_THRESHOLD
 
 from .rulefiles import ALERTS_DIR, PROMETHEUSRULE_FILE, iter_rules, load_groups
 

@@ -64,9 +64,9 @@ def rank_gpu(s: Settings) -> str:
     """The rank -> GPU map: rank_info as scraped now, else as last scraped within the gap window (so a missed
     scrape keeps the map, and a restart onto another GPU maps the new one at once instead of two). A rank
     without rank_info (a daemon that exports none) is mapped without ``gpu`` from its process state or its
-    compute median, so the rules that join the map still name it dead, hung, silent or slow."""
+    compute counter, so the rules that join the map still name it dead, hung, silent or slow."""
     info = sel(s, training.RANK_INFO)
-    seen = (training.PROCESS_UP, training.COMPUTE_SECONDS_MEDIAN)
+    seen = (training.PROCESS_UP, training.COMPUTE_SECONDS_TOTAL)
     return (
         f"max by (cluster, {RANK_KEY}, gpu) (\n"
         f"  {info}\n    or on ({RANK_KEY})\n  {held(s, training.RANK_INFO)}\n"
