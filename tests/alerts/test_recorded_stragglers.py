@@ -3,9 +3,9 @@
 The recordings (``tests/fixtures/recorded/stragglers-*.json.gz``, :mod:`tests.alerts.recorded_stragglers`) are
 real jobs on a busy shared machine: their noise is real (other processes, GC, the loader). Each replays through
 promtool on the production rules, evaluated every minute, and says: no alert about a healthy job ever fires
-but TrainingJobHang (below), and no rank of it is flagged; a rank 2% or more slower named (TrainingStragglerRank, rank 2, cause unknown: a CPU job has no
-GPU, input or network evidence) within 10 minutes of its job's first step; no other rank of a slowed job and no
-other alert firing; nothing about any job 5 minutes after its end.
+but TrainingJobHang (below), and no rank of it is flagged; a rank 2% or more slower named (TrainingStragglerRank,
+rank 2, cause unknown: a CPU job has no GPU, input or network evidence) within 10 minutes of its job's first
+step; no other rank of a slowed job and no other alert firing; nothing about any job 5 minutes after its end.
 
 TrainingJobHang is left out of the healthy jobs' check, as measured: in the second recording a rank of a healthy
 job (run at nice 19 on 2 cores under a load of 13) got no CPU for over 15 s while its peers waited in the
