@@ -239,6 +239,12 @@ class GpuConfig:
         "gpu.jobs-dir", "/run/fleetscope/jobs", parse_str,
         "Directory where Slurm prolog scripts record job-to-GPU assignments.",
     )
+    pod_resources_socket: str = setting(
+        "gpu.pod-resources-socket", "", parse_str,
+        "The kubelet's pod-resources socket (/var/lib/kubelet/pod-resources/kubelet.sock, mounted read-only): "
+        "label each allocated GPU and MIG device with its pod, namespace and container at the slow interval, "
+        "idle or not. Needs the kubelet extra (grpcio, protobuf); empty, off.",
+    )
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ def test_h100_every_metric_in_base_units_and_promtool_clean(node) -> None:
     close(daemon)
 
     names = [spec.name for table in GpuCollector.tables for spec in table  # not: GPUs without GPM (tests/sources),
-             if spec.name != "fleetscope_gpu_pcie_bytes_total" and "_mig_" not in spec.name]  # MIG (test_mig_*)
+             if spec.name not in ("fleetscope_gpu_pcie_bytes_total", "fleetscope_gpu_allocation_info")  # kubelet:
+             and "_mig_" not in spec.name]  # test_kubelet_*; MIG (test_mig_*)
     for name in names:  # every metric the collector's tables declare is exported on a healthy H100 node
         assert any(m == name or m == name.removesuffix("_info") + "_info" for m in metrics), f"{name} missing"
 
@@ -628,3 +629,60 @@ def test_mig_instances_their_memory_activity_and_jobs(node) -> None:
     assert value(metrics, "fleetscope_gpu_mig_job_info", gpu="0", gpu_instance="13") is None  # nothing runs there
     assert value(metrics, "fleetscope_gpu_job_info", **g0, training_job="notebook") == 1  # the GPU's too
     assert value(metrics, "fleetscope_gpu_mig_info", gpu="6") is None  # GPU 6 is whole
+
+
+# -- #38 item 4: pod attribution through the kubelet's pod-resources API ------------------------------------
+
+
+def test_kubelet_allocations_label_every_allocated_gpu_and_mig_device_idle_or_not(node, tmp_path) -> None:
+    from tests.kubelet import kubelet, response
+
+    socket = str(tmp_path / "kubelet.sock")
+    n = node("mig_enabled", settings={"gpu.pod-resources-socket": socket})
+    whole = [n.fake.gpu(6).uuid, n.fake.gpu(7).uuid]
+    mig = n.fake.gpu(0).mig_devices[2]["uuid"]
+    pods = [
+        {"name": "llama-0", "namespace": "train", "containers": [
+            {"name": "trainer", "devices": [("nvidia.com/gpu", whole), ("vpc.amazonaws.com/efa", ["0"])]}]},
+        {"name": "notebook", "namespace": "research", "containers": [
+            {"name": "jupyter", "devices": [("nvidia.com/mig-1g.10gb", [mig])]}]},
+    ]
+    daemon = gpu_daemon(n.config)
+    with kubelet(socket, response(pods)) as requests:
+        collect_once(daemon)
+        collect_once(daemon)  # within the slow interval: the kubelet is not asked again
+    metrics = scrape(daemon)
+    close(daemon)
+    assert len(requests) == 1
+    series = {tuple(dict(k)[label] for label in ("gpu", "uuid", "pod", "namespace", "container", "resource",
+                                                 "device")): v
+              for k, v in metrics["fleetscope_gpu_allocation_info"].items()}
+    g0 = n.fake.gpu(0).uuid
+    assert series == {
+        ("6", whole[0], "llama-0", "train", "trainer", "nvidia.com/gpu", whole[0]): 1,
+        ("7", whole[1], "llama-0", "train", "trainer", "nvidia.com/gpu", whole[1]): 1,
+        ("0", g0, "notebook", "research", "jupyter", "nvidia.com/mig-1g.10gb", mig): 1,
+    }
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 1
+
+
+def test_an_unreachable_kubelet_is_a_failed_collection_that_still_serves_the_gpus(node, tmp_path) -> None:
+    n = node("h100_8x_healthy", settings={"gpu.pod-resources-socket": str(tmp_path / "absent.sock")})
+    daemon = gpu_daemon(n.config)
+    reading = daemon.engine.runners[0].run_once()
+    assert reading.status == "partial" and "kubelet pod-resources" in (reading.error or "")
+    metrics = scrape(daemon)
+    close(daemon)
+    assert "fleetscope_gpu_allocation_info" not in metrics
+    assert value(metrics, "fleetscope_gpu_memory_used_bytes", gpu="0") is not None
+    assert value(metrics, "fleetscope_collector_success", collector="gpu") == 0
+
+
+def test_without_the_setting_the_kubelet_is_never_asked(node) -> None:
+    n = node("h100_8x_healthy")
+    assert n.config.gpu.pod_resources_socket == ""
+    daemon = gpu_daemon(n.config)
+    collect_once(daemon)
+    metrics = scrape(daemon)
+    close(daemon)
+    assert "fleetscope_gpu_allocation_info" not in metrics

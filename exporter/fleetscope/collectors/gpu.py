@@ -35,6 +35,7 @@ from fleetscope.sources.nvml_h import (
     RETURN_CODES,
 )
 from fleetscope.sources.pci import PciGpu, list_gpus
+from fleetscope.sources.podresources import Allocation
 from fleetscope.sources.xid import (
     OTHER_GPU,
     PciAddress,
@@ -66,6 +67,8 @@ class GpuSnapshot:
     jobs: Mapping[int, tuple[JobAttribution, ...]]
     labels_by_pci: Mapping[PciAddress, tuple[str, str]] = field(default_factory=dict)
     mig_jobs: Mapping[tuple[int, int], tuple[JobAttribution, ...]] = field(default_factory=dict)  # (gpu, instance)
+    allocations: tuple[Allocation, ...] = ()  # the kubelet's, when gpu.pod-resources-socket is set
+    allocation_error: str = ""  # why the kubelet could not be asked ("" when it answered or is not asked)
 
 
 class GpuCollector(Collector, HealthCheck, Closeable):
@@ -93,6 +96,10 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         self._kmsg_failed = False
         self._kmsg_uuids: dict[PciAddress, str] = {}
         self._lock = threading.Lock()
+        self._clock = clock
+        self._allocations: tuple[Allocation, ...] = ()
+        self._allocation_error = ""
+        self._allocations_read: float | None = None  # when the kubelet was last asked
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -149,11 +156,33 @@ class GpuCollector(Collector, HealthCheck, Closeable):
                     found = attribute_pids(self._procfs, instance_pids)
                     if found:
                         mig_jobs[(index, instance)] = found
+            self._read_allocations()
             cutoff = self._wall() - self.config.gpu.xid_window
             return GpuSnapshot(
                 nvml, nvml_error, pci_gpus, self._ledger.counts(), self._ledger.last_timestamps(),
-                tuple(self._ledger.since(cutoff)), jobs, labels, mig_jobs,
+                tuple(self._ledger.since(cutoff)), jobs, labels, mig_jobs, self._allocations,
+                self._allocation_error,
             )
+
+    def _read_allocations(self) -> None:
+        """Ask the kubelet which pod holds each GPU, at the slow interval (allocations change with pods, not
+        with load). A failure is kept as the collection's blind spot until the next read; never raised."""
+        socket = self.config.gpu.pod_resources_socket
+        now = self._clock()
+        if not socket or (self._allocations_read is not None
+                          and now - self._allocations_read < self.config.gpu.slow_interval):
+            return
+        from fleetscope.sources import podresources
+
+        self._allocations_read = now
+        try:
+            self._allocations = podresources.read(socket, self.config.collector(self.name).timeout / 4)
+        except SourceError as exc:
+            if str(exc) != self._allocation_error:
+                logger.warning("GPU pod attribution unavailable: %s", exc)
+            self._allocations, self._allocation_error = (), str(exc)
+            return
+        self._allocation_error = ""
 
     def _labels_by_pci(
         self, nvml: NvmlReading | None, pci_gpus: tuple[PciGpu, ...]
@@ -195,7 +224,7 @@ class GpuCollector(Collector, HealthCheck, Closeable):
         if self._absent(snapshot):
             raise NoHardware(snapshot.nvml_error or "no NVIDIA GPU on the PCI bus")
         families = self._families(snapshot)
-        blind = self._blind(snapshot)
+        blind = "; ".join(filter(None, (self._blind(snapshot), snapshot.allocation_error)))
         if blind:
             raise Incomplete(blind, families)
         return families
@@ -254,6 +283,12 @@ class GpuCollector(Collector, HealthCheck, Closeable):
             for (index, instance), jobs in sorted(snapshot.mig_jobs.items()):
                 for job in jobs:
                     builder.add_info(gpu.MIG_JOB_INFO, (str(index), uuids.get(index, ""), str(instance)), asdict(job))
+            devices = {s.identity.uuid: s.identity for s in nvml.samples if s.identity.uuid}
+            devices.update({d.uuid: s.identity for s in nvml.samples for d in s.mig if d.uuid})
+            for allocation in snapshot.allocations:
+                holder = devices.get(allocation.device)
+                if holder is not None:  # a device id none of the GPUs NVML sees has no gpu label to carry
+                    builder.add_info(gpu.ALLOCATION_INFO, (str(holder.index), holder.uuid), asdict(allocation))
         return builder.families()
 
     @staticmethod

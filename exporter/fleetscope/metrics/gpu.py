@@ -358,10 +358,19 @@ MIG_JOB_INFO = MetricSpec(
     (*_GPU, "gpu_instance"), raw="nvmlDeviceGetComputeRunningProcesses.gpuInstanceId, /proc/<pid>/{cgroup,environ}",
     info_keys=JOB_INFO.info_keys)
 
+ALLOCATION_INFO = MetricSpec(
+    "fleetscope_gpu_allocation_info", "info",
+    "A pod container the kubelet allocated this GPU to, idle or not (--gpu.pod-resources-socket): resource is "
+    "the device plugin resource (nvidia.com/gpu, nvidia.com/mig-*), device its id (the GPU's or the MIG "
+    "device's UUID). Read at the slow interval; absent when the setting is off.",
+    _GPU, raw="kubelet pod-resources v1.PodResourcesLister/List",
+    info_keys=("pod", "namespace", "container", "resource", "device"))
+
 JOBS_TABLE = table(
     "gpu_jobs",
-    "GPU-to-job attribution from the GPU's processes (procfs cgroup and environment) and Slurm prolog records.",
-    [("job_info", JOB_INFO), ("mig_job_info", MIG_JOB_INFO)],
+    "GPU-to-job attribution from the GPU's processes (procfs cgroup and environment), Slurm prolog records "
+    "and the kubelet's pod-resources API.",
+    [("job_info", JOB_INFO), ("mig_job_info", MIG_JOB_INFO), ("allocation_info", ALLOCATION_INFO)],
     collector="gpu",
 )
 
