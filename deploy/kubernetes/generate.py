@@ -10,13 +10,17 @@ here, next to the kustomizations that list them:
   content (the PrometheusRule CRD's spec has the rule file's shape). Variants
   with a dotted name, such as ``fleetscope.e2e.rules.yml`` (shortened
   durations for the end-to-end tests), are not deployed.
+* ``components/dcgm-compat/prometheusrule.yaml``: the optional dcgm-exporter
+  compatibility group, ``alerts/fleetscope.dcgm.rules.yml`` (DCGM_FI_* names,
+  docs/dcgm.md), as its own PrometheusRule in an opt-in component.
 * ``base/dashboards.yaml``: one ConfigMap per ``dashboards/*.json``, labelled
   ``grafana_dashboard: "1"`` for the Grafana sidecar; the data value is the
   file's exact text.
 
 Helm reads files only inside its chart, so the same inputs are copied, byte
 for byte, under the chart's ``files/`` (``deploy/helm/fleetscope``): the rule
-files, the dashboards and node-problem-detector's monitor and plugin. Its
+files, the DCGM compatibility file (``files/dcgm/``, rendered only with
+``dcgmCompat.enabled``), the dashboards and node-problem-detector's monitor and plugin. Its
 templates wrap them as the objects above (tests/deploy/test_helm.py compares
 the chart's render with the overlays').
 
@@ -44,6 +48,9 @@ NAMESPACE = "fleetscope"
 COMMON_LABELS = {"app.kubernetes.io/name": "fleetscope", "app.kubernetes.io/part-of": "fleetscope"}
 RULES_OUTPUT = Path("components/prometheus-operator/prometheusrule.yaml")
 DASHBOARDS_OUTPUT = Path("base/dashboards.yaml")
+# The opt-in dcgm-exporter compatibility rules: their own file, component and chart toggle.
+DCGM_RULES = Path("alerts/fleetscope.dcgm.rules.yml")
+DCGM_OUTPUT = Path("components/dcgm-compat/prometheusrule.yaml")
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "fleetscope"
 # node-problem-detector's files, kept in the kustomize component and copied into the chart.
 NPD_COMPONENT = KUSTOMIZE_DIR / "components" / "node-problem-detector"
@@ -166,6 +173,11 @@ def render(repo: Path = REPO_ROOT) -> list[Output]:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise GenerateError(f"two {kind} files map to the same object name: {', '.join(duplicates)}")
+    dcgm = repo / DCGM_RULES
+    dcgm_outputs = [
+        Output(DCGM_OUTPUT, dump_documents([prometheus_rule(dcgm)], str(DCGM_RULES), "")),
+        Output(Path("files/dcgm") / dcgm.name, dcgm.read_text(encoding="utf-8"), chart=True),
+    ] if dcgm.is_file() else []
     chart_files = [
         *(Output(Path("files/rules") / p.name, p.read_text(encoding="utf-8"), chart=True) for p in rule_files(repo)),
         *(Output(Path("files/dashboards") / p.name, p.read_text(encoding="utf-8"), chart=True)
@@ -177,6 +189,7 @@ def render(repo: Path = REPO_ROOT) -> list[Output]:
         Output(RULES_OUTPUT, dump_documents(rules, "alerts/*.rules.yml", "No rule files in alerts/ yet.")),
         Output(DASHBOARDS_OUTPUT, dump_documents(dashboards, "dashboards/*.json", "No dashboards in dashboards/ yet.")),
         *chart_files,
+        *dcgm_outputs,
     ]
 
 

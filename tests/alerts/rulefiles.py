@@ -13,6 +13,8 @@ ALERTS_DIR = REPO / "alerts"
 TESTS_DIR = Path(__file__).resolve().parent
 PLAIN_FILES = ("fleetscope.rules.yml", "fleetscope.e2e.rules.yml")
 PROMETHEUSRULE_FILE = "fleetscope.prometheusrule.yaml"
+# The optional dcgm-exporter compatibility group (exporter/fleetscope/rules/dcgm.py), deployed only on request.
+DCGM_FILE = "fleetscope.dcgm.rules.yml"
 
 
 def load_groups(name: str) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ in tests/metrics/test_references.py.
 
 from __future__ import annotations
 
-from .rulefiles import PLAIN_FILES, iter_rules, load_groups
+import re
+
+from .rulefiles import DCGM_FILE, PLAIN_FILES, iter_rules, load_groups
 
 
 def test_recording_rule_names_follow_level_metric_operations() -> None:
@@ -15,6 +17,20 @@ def test_recording_rule_names_follow_level_metric_operations() -> None:
             if "record" in rule:
                 level, metric, operations = rule["record"].split(":")
                 assert level and operations and metric.startswith("fleetscope_"), rule["record"]
+
+
+def test_dcgm_compat_file_records_only_dcgm_names() -> None:
+    """The one exemption from level:metric:operations, for DCGM_FILE only.
+
+    That file exists to record dcgm-exporter's own names (DCGM_FI_*, no colon) so a dashboard built for
+    dcgm-exporter works unchanged; it is a separate, opt-in file, never part of the production rules, and
+    it records nothing else.
+    """
+    assert DCGM_FILE not in PLAIN_FILES
+    records = [rule["record"] for rule in iter_rules(load_groups(DCGM_FILE))]
+    assert all("record" in rule for rule in iter_rules(load_groups(DCGM_FILE))), "no alerts in the DCGM file"
+    assert records and all(re.fullmatch(r"DCGM_FI_(DEV|PROF)_[A-Z0-9_]+", name) for name in records), records
+    assert len(set(records)) == len(records)
 
 
 def test_recorded_names_are_the_signals_vocabulary() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .rulefiles import ALERTS_DIR, PLAIN_FILES, PROMETHEUSRULE_FILE, TESTS_DIR, load_groups
+from .rulefiles import ALERTS_DIR, DCGM_FILE, PLAIN_FILES, PROMETHEUSRULE_FILE, TESTS_DIR, load_groups
 
 PROMTOOL = shutil.which("promtool")
 # Skipped where promtool is missing, except in CI, where its absence is a broken install.
@@ -33,7 +33,7 @@ def lint_flags() -> list[str]:
     return ["--lint=all", "--lint-fatal"] if "--lint" in help_text else []
 
 
-@pytest.mark.parametrize("name", [*PLAIN_FILES, PROMETHEUSRULE_FILE])
+@pytest.mark.parametrize("name", [*PLAIN_FILES, PROMETHEUSRULE_FILE, DCGM_FILE])
 def test_check_rules_is_clean(name: str, tmp_path: Path) -> None:
     path = ALERTS_DIR / name
     if name == PROMETHEUSRULE_FILE:  # promtool reads plain rule files: check the CRD's spec

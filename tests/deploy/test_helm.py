@@ -44,11 +44,13 @@ OVERLAY_VALUES: dict[str, dict[str, Any]] = {
     "plain": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}},
     "kernel-log": {"kernelLog": {"enabled": True}},
     "node-problem-detector": {"nodeProblemDetector": {"enabled": True, "prometheusUrl": NPD_PROMETHEUS}},
+    "dcgm-compat": {"dcgmCompat": {"enabled": True}},
 }
 # Everything optional turned on at once, for schema validation of every template's output.
 EVERYTHING: dict[str, Any] = {
     "kernelLog": {"enabled": True},
     "nodeProblemDetector": {"enabled": True, "prometheusUrl": NPD_PROMETHEUS},
+    "dcgmCompat": {"enabled": True},
     "podMonitor": {"enabled": True, "relabelings": [{"targetLabel": "cluster", "replacement": "east"}]},
     "serviceMonitor": {"metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "go_.*", "action": "drop"}],
                        "tlsConfig": {"insecureSkipVerify": True},
@@ -350,3 +352,14 @@ def test_chart_files_are_the_repositorys(default: list[dict[str, Any]]) -> None:
     dashboards = {name: text for obj in by_kind(default, "ConfigMap") for name, text in obj["data"].items()
                   if obj["metadata"]["labels"].get("grafana_dashboard") == "1"}
     assert dashboards == {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "dashboards").glob("*.json"))}
+
+
+def test_dcgm_compat_rules_are_opt_in() -> None:
+    """Off by default; on, a second PrometheusRule carrying alerts/fleetscope.dcgm.rules.yml as is."""
+    assert "fleetscope-dcgm" not in {obj["metadata"]["name"] for obj in by_kind(render(), "PrometheusRule")}
+    rules = {obj["metadata"]["name"]: obj for obj in by_kind(render({"dcgmCompat": {"enabled": True}}),
+                                                             "PrometheusRule")}
+    assert set(rules) == {"fleetscope", "fleetscope-dcgm"}
+    shipped = yaml.safe_load((REPO / "alerts" / "fleetscope.dcgm.rules.yml").read_text(encoding="utf-8"))
+    assert rules["fleetscope-dcgm"]["spec"] == shipped
+    assert rules["fleetscope-dcgm"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"

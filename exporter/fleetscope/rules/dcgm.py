@@ -15,24 +15,26 @@ from fleetscope.rules.settings import Settings
 from fleetscope.sources.xid import XID_CATALOG
 
 MIB = 1048576
-# dcgm-exporter's identity labels, joined from fleetscope_gpu_info on (instance, gpu).
-DCGM_LABELS = "UUID, device, modelName, pci_bus_id, Hostname"
+# dcgm-exporter's identity labels (Hostname until its #655, hostname since: both), joined from
+# fleetscope_gpu_info on (instance, gpu).
+DCGM_LABELS = "UUID, device, modelName, pci_bus_id, Hostname, hostname"
 
 
 def identity(settings: Settings) -> str:
     """``fleetscope_gpu_info`` with dcgm-exporter's label names.
 
     ``device`` is ``nvidia<gpu>``: NVML's index, which is the device minor number on the usual boards (both
-    follow PCI order) but not guaranteed to be. ``Hostname`` is ``instance`` without its port.
+    follow PCI order) but not guaranteed to be. ``Hostname`` (and ``hostname``) is ``instance`` without its port.
     """
     info = sel(settings, gpu.INFO)
     return (
-        "label_replace(label_replace(label_replace(label_replace(\n"
+        "label_replace(label_replace(label_replace(label_replace(label_replace(\n"
         f"  {info},\n"
         '  "UUID", "$1", "uuid", "(.*)"),\n'
         '  "modelName", "$1", "name", "(.*)"),\n'
         '  "device", "nvidia$1", "gpu", "(.*)"),\n'
-        '  "Hostname", "$1", "instance", "(.*?)(?::[0-9]+)?")'
+        '  "Hostname", "$1", "instance", "(.*?)(?::[0-9]+)?"),\n'
+        '  "hostname", "$1", "Hostname", "(.*)")'
     )
 
 
@@ -89,7 +91,8 @@ def recording_rules(settings: Settings) -> Group:
             f"sum without (link, direction) (rate({nvlink_bytes}[{window}]))"
         ),
     }
-    return Group("fleetscope-dcgm-compat", tuple(Record(name, labelled(settings, expr)) for name, expr in records.items()))
+    rules = tuple(Record(name, labelled(settings, expr)) for name, expr in records.items())
+    return Group("fleetscope-dcgm-compat", rules)
 
 
 def groups(settings: Settings) -> list[Group]:
