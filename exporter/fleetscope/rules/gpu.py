@@ -176,6 +176,20 @@ def alert_rules(s: Settings) -> list[Group]:
             f"{GPU_LABELS} had {{{{ $value | humanize }}}} uncorrectable ECC errors in the last {s.xid_window}.",
         ),
     ]
+    allocation = sel(s, gpu_metrics.ALLOCATION_INFO, 'resource="nvidia.com/gpu"')
+    alerts.append(Alert(
+        # Whole GPUs only: NVML reports no utilization for a MIG GPU, so a MIG device's idleness is unknown here.
+        "GpuAllocatedIdle",
+        f"max by (cluster, instance, gpu, uuid, pod, namespace, container) ({allocation})\n"
+        f"  * on (cluster, instance, gpu) group_left ()\n"
+        f"max by (cluster, instance, gpu) ({GPU_BUSY})\n  < {num(s.allocated_idle_ratio)}",
+        "warning",
+        "A GPU allocated to a pod has been idle for a long time: capacity held and wasted.",
+        f"{GPU_LABELS} is allocated to pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} (container "
+        f"{{{{ $labels.container }}}}) and was {{{{ $value | humanizePercentage }}}} busy, below "
+        f"{num(s.allocated_idle_ratio)}, for {s.allocated_idle_for}.",
+        s.allocated_idle_for,
+    ))
     return [Group("fleetscope-gpu", tuple(alerts)), Group("fleetscope-gpu-ecc", tuple(ecc)),
             Group("fleetscope-gpu-fabric", fabric_alerts(s))]
 

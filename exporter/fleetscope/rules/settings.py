@@ -171,6 +171,10 @@ class Settings:
     # A GPU not registered with the NVLink fabric this long (Fabric Manager registers a GPU within seconds of the
     # driver loading; the state is read every slow interval, 60 s by default), or whose registration failed.
     fabric_for: str = "5m"
+    # A whole GPU the kubelet allocated to a pod (--gpu.pod-resources-socket) and busy (SM activity, else
+    # utilization, over share_window) below this share for allocated_idle_for: capacity held and wasted.
+    allocated_idle_ratio: float = 0.05
+    allocated_idle_for: str = "1h"
 
     # EFA and network.
     efa_missing_for: str = "5m"
@@ -293,6 +297,7 @@ E2E = dataclasses.replace(
     xid_window="2m",
     gpu_state_for="10s",
     fabric_for="30s",
+    allocated_idle_for="1m",
     efa_missing_for="30s",
     efa_event_for="30s",
     ena_for="30s",
