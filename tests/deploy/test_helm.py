@@ -49,6 +49,7 @@ OVERLAY_VALUES: dict[str, dict[str, Any]] = {
 # Everything optional turned on at once, for schema validation of every template's output.
 EVERYTHING: dict[str, Any] = {
     "kernelLog": {"enabled": True},
+    "podResources": {"enabled": True},
     "nodeProblemDetector": {"enabled": True, "prometheusUrl": NPD_PROMETHEUS},
     "dcgmCompat": {"enabled": True},
     "podMonitor": {"enabled": True, "relabelings": [{"targetLabel": "cluster", "replacement": "east"}]},
@@ -363,3 +364,15 @@ def test_dcgm_compat_rules_are_opt_in() -> None:
     shipped = yaml.safe_load((REPO / "alerts" / "fleetscope.dcgm.rules.yml").read_text(encoding="utf-8"))
     assert rules["fleetscope-dcgm"]["spec"] == shipped
     assert rules["fleetscope-dcgm"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_pod_resources_mounts_the_kubelet_socket_read_only_and_sets_the_flag(default) -> None:
+    flag = "--gpu.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert flag not in containers(default)["fleetscope"]["args"]  # off by default
+    objects = render({"podResources": {"enabled": True}})
+    daemon = containers(objects)["fleetscope"]
+    assert flag in daemon["args"]
+    mount = next(m for m in daemon["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+    volume = next(v for v in daemon_pod(objects)["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
