@@ -156,7 +156,7 @@ def test_no_extra_is_installed(installed: Installed) -> None:
     listed = installed.run("python", "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert "fleetscope" in names
-    assert not names & {"httpx", "requests", "torch", "transformers", "lightning", "grafana-foundation-sdk",
+    assert not names & {"requests", "torch", "transformers", "lightning", "grafana-foundation-sdk",
                         "pytest"}, names
 
 

@@ -146,7 +146,7 @@ def test_every_shipped_group_is_evaluated_at_its_shipped_interval(tmp_path: Path
     assert [g["name"] for g in groups] == list(intervals) and len(intervals) > 10
     # Each at its shipped interval, the global one (1m) where it ships none: range reads of records see as many
     # samples as production writes.
-    assert intervals["fleetscope-training.rules"] == 30 and intervals["fleetscope-gpu"] == 60
+    assert intervals["fleetscope-rank-gpu.rules"] == 30 and intervals["fleetscope-gpu"] == 60
     assert intervals["fleetscope-repeat-offenders"] == 600
     shipped = yaml.safe_load((Path(ROOT) / "alerts" / "fleetscope.rules.yml").read_text(encoding="utf-8"))["groups"]
     assert groups == shipped
@@ -172,7 +172,7 @@ def test_a_short_run_evaluates_the_slow_groups_often_but_counts_them_at_their_sh
     shipped = rules_for_bench(Path(ROOT) / "alerts" / "fleetscope.rules.yml", tmp_path / "rules.yml", "1m")
     groups = {g["name"]: g for g in yaml.safe_load((tmp_path / "rules.yml").read_text(encoding="utf-8"))["groups"]}
     assert groups["fleetscope-repeat-offenders"]["interval"] == "1m" and shipped["fleetscope-repeat-offenders"] == 600
-    assert groups["fleetscope-training.rules"]["interval"] == "30s"  # faster ones stay as shipped
+    assert groups["fleetscope-rank-gpu.rules"]["interval"] == "30s"  # faster ones stay as shipped
     slow = GroupResult(samples_read=6000, interval_seconds=600)
     fast = GroupResult(samples_read=100, interval_seconds=30)
     assert per_round(slow) == 600 and per_round(fast) == 100 and per_minute(fast) == 200

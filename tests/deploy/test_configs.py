@@ -80,12 +80,17 @@ def test_dockerfile_copies_only_existing_paths(compose: dict[str, Any]) -> None:
     build = compose["services"]["simulator"]["build"]
     dockerfile = Path(build["context"]) / build["dockerfile"]
     stages: set[str | None] = set()
+    args: dict[str, str] = {}  # ARG defaults before the first FROM: the base image is a build argument
     for line in dockerfile.read_text().splitlines():
-        if line.startswith("COPY "):
-            for source in line.split()[1:-1]:
+        if line.startswith("ARG ") and "=" in line and not stages:
+            name, _, default = line[4:].partition("=")
+            args[name.strip()] = default.strip()
+        if line.startswith("COPY ") and "--from=" not in line:
+            for source in [word for word in line.split()[1:-1] if not word.startswith("--")]:
                 assert (Path(build["context"]) / source).exists(), f"{dockerfile}: COPY {source}: no such path"
         if line.startswith("FROM "):
-            base = re.fullmatch(r"FROM ([\w./:-]+)(?: AS (\w+))?", line)
+            resolved = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), line)
+            base = re.fullmatch(r"FROM ([\w./:-]+)(?: AS ([\w-]+))?", resolved)
             assert base, f"unreadable FROM line: {line}"
             # a base image pinned to a version, or a stage built above
             assert base[1] in stages or re.fullmatch(r"[\w./-]+:\d[\w.-]*", base[1]), f"unpinned base image: {line}"
