@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 
-import pytest
-
-from fleetscope.sources.nvml import NvmlReading, NvmlSource
 from fleetscope.sources.nvml_h import EVENT_DOUBLE_BIT_ECC
-from fleetscope_sim.nvml_fake import FakeNvml, install, load_scenario, uninstall
+from tests.sources.conftest import collect
 
 # Entry points whose answer only a reset changes: asked in a GPU's first collection, then never again.
 CONSTANT_CALLS = (
@@ -25,42 +21,6 @@ CONSTANT_CALLS = (
     "nvmlDeviceGetMaxPcieLinkWidth", "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc",
 )
 ECC_UNCORRECTED_VOLATILE = 4  # a slow field
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def node() -> Iterator[Callable[..., tuple[FakeNvml, NvmlSource, Clock]]]:
-    made: list[tuple[FakeNvml, NvmlSource]] = []
-
-    def make(name: str = "h100_8x_healthy", **options: object) -> tuple[FakeNvml, NvmlSource, Clock]:
-        fake = load_scenario(name)
-        install(fake)
-        clock = Clock()
-        source = NvmlSource(clock=clock, **options)  # type: ignore[arg-type]
-        made.append((fake, source))
-        return fake, source, clock
-
-    yield make
-    for fake, source in made:
-        fake.release()
-        source.close()
-    uninstall()
-
-
-def collect(source: NvmlSource, clock: Clock, cycles: int, step: float = 10.0) -> NvmlReading:
-    reading = None
-    for _ in range(cycles):
-        clock.now += step
-        reading = source.read()
-    assert reading is not None
-    return reading
 
 
 def test_constants_are_read_once_per_gpu(node) -> None:

@@ -3,51 +3,12 @@ NVLink traffic (GPM's rates summed into byte counters, else the driver's counter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-import pytest
-
-from fleetscope.sources.nvml import FabricInfo, NvmlReading, NvmlSource
+from fleetscope.sources.nvml import FabricInfo
 from fleetscope.sources.nvml_h import FI_DEV_NVLINK_THROUGHPUT_DATA_RX, FI_DEV_NVLINK_THROUGHPUT_DATA_TX
-from fleetscope_sim.nvml_fake import FakeNvml, NvmlReturn, install, load_scenario, uninstall
+from fleetscope_sim.nvml_fake import NvmlReturn
+from tests.sources.conftest import collect
 
 MIB = 1024  # KiB per MiB: the reading keeps NVLink bytes in the driver's unit, KiB
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def node() -> Iterator[Callable[..., tuple[FakeNvml, NvmlSource, Clock]]]:
-    made: list[tuple[FakeNvml, NvmlSource]] = []
-
-    def make(name: str = "h100_8x_healthy", **options: object) -> tuple[FakeNvml, NvmlSource, Clock]:
-        fake = load_scenario(name)
-        install(fake)
-        clock = Clock()
-        source = NvmlSource(clock=clock, **options)  # type: ignore[arg-type]
-        made.append((fake, source))
-        return fake, source, clock
-
-    yield make
-    for fake, source in made:
-        fake.release()
-        source.close()
-    uninstall()
-
-
-def collect(source: NvmlSource, clock: Clock, cycles: int, step: float = 10.0) -> NvmlReading:
-    reading = None
-    for _ in range(cycles):
-        clock.now += step
-        reading = source.read()
-    assert reading is not None
-    return reading
 
 
 # -- fabric -------------------------------------------------------------------------------------------------------
