@@ -124,6 +124,10 @@ class Cluster:
             found = re.findall(r"^fault (\d+\.\d+)$", log.read(), re.MULTILINE)
         return float(found[0]) if found else None
 
+    def codes(self, job: str) -> list[int | None]:
+        """Each rank's exit code, None while it runs."""
+        return [proc.poll() for proc in self.ranks[job]]
+
     def wait(self, job: str, timeout: float) -> list[int | None]:
         deadline = time.monotonic() + timeout
         for proc in self.ranks[job]:

@@ -9,13 +9,14 @@ memory stays under the DaemonSet's limit with room to spare
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
+from fleetscope_sim.harness import eventually
 from tests.reliability.floods import Scraper, room_for_sockets
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon, http
 
@@ -77,15 +78,18 @@ def test_big_group_pushes_do_not_freeze_scrapes(daemon: Callable[..., Daemon]) -
     node = daemon({"push.max-group-samples": "10000", "push.max-samples": "20000"})
     body = "".join(f"# TYPE fam_{i} gauge\nfam_{i} {i}\n" for i in range(10_000)).encode()
     with Scraper(node) as scraper:
-        timings = []
+        costs = []
         for group in ("a", "b"):
-            started = time.monotonic()
+            before = node.cpu_seconds()
             status, reason, _ = http("PUT", f"{node.url}/metrics/job/{group}", body, timeout=300)
-            timings.append(time.monotonic() - started)
+            costs.append(node.cpu_seconds() - before)
             assert status == 200, reason
     scraper.check()
-    # Linear: the second group costs about what the first did (it took 30x the first before).
-    assert timings[1] < 3 * timings[0] + 5, timings
+    print(f"daemon CPU per push: {costs[0]:.2f}s, {costs[1]:.2f}s")
+    # Linear: the second group costs about what the first did (it took 30x the first before, 25 s here). The
+    # daemon's CPU time, not the wall time, so that a loaded machine does not stretch one push and not the other;
+    # the slack covers the scrapes the daemon answers meanwhile (the second push's render a group more).
+    assert costs[1] < 3 * costs[0] + 5, costs
     peak_within_limit(node)
 
 
@@ -96,7 +100,7 @@ def test_sockets_that_never_finish_their_headers_under_1024_open_files(daemon: C
     sockets = []
     try:
         for _ in range(1_100):
-            sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+            sock = socket.create_connection(("127.0.0.1", node.port), timeout=120)  # a guard only
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
             sockets.append(sock)
         # No pause: a socket that sent part of a request and stalls is evicted at once, however young.
@@ -105,7 +109,8 @@ def test_sockets_that_never_finish_their_headers_under_1024_open_files(daemon: C
                                 b'{"job": "j", "rank": 0, "step": 1, "step_seconds": 1.0}',
                                 {"Content-Type": "application/json"})
             assert status == 200
-            time.sleep(2)
+            # Scrapes go on being answered while every socket is held: a few, whatever the machine's load.
+            eventually(lambda: scraper.scrapes() >= 6, 120, "scrapes beside the 1,100 stalled sockets")
         scraper.check()
         assert node.open_fds() < 1024
     finally:
@@ -127,18 +132,22 @@ def test_bodies_sent_a_byte_at_a_time(daemon: Callable[..., Daemon]) -> None:
         # SYN dropped there is retried by TCP seconds later, whatever the daemon does (a separate push
         # listener, push.listen-address, is the remedy for that).
         for _ in range(3_000):
-            sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+            sock = socket.create_connection(("127.0.0.1", node.port), timeout=120)  # a guard only
             sock.sendall(b"POST /api/v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100000\r\n\r\n[")
             sockets.append(sock)
-        drained, _, _ = node.get("/healthz", timeout=60)  # answered once the daemon has accepted the burst
+        drained, _, _ = node.get("/healthz", timeout=120)  # answered once the daemon has accepted the burst
         print(f"first /healthz after the burst: {drained:.1f}s")
         with Scraper(node) as scraper:
-            for _ in range(10):  # a byte a second from every socket still open, past the read timeout
+            # A byte a second from every socket still open, until the daemon has cut them at its read timeout
+            # (4 s after their headers): a body that keeps trickling is no excuse to hold the connection.
+            def cut() -> bool:
                 for sock in sockets:
                     with contextlib.suppress(OSError):
                         sock.send(b" ")
-                time.sleep(1)
+                return dropped(node, "read_timeout") > 0
+
+            eventually(cut, 120, "the read timeout to cut the trickling bodies", interval=1.0)
         scraper.check()
         peak_within_limit(node)
     finally:
@@ -147,6 +156,14 @@ def test_bodies_sent_a_byte_at_a_time(daemon: Callable[..., Daemon]) -> None:
     _, _, text = node.get("/metrics")
     assert b'fleetscope_http_connections_dropped_total{listener="main",reason="read_timeout"}' in text
     assert b'reason="read_timeout"} 0.0' not in text
+
+
+def dropped(node: Daemon, reason: str) -> float:
+    """fleetscope_http_connections_dropped_total of the main listener for ``reason``, read from /metrics."""
+    _, _, text = node.get("/metrics")
+    match = re.search(rb'^fleetscope_http_connections_dropped_total\{listener="main",reason="%s"\} (\S+)$'
+                      % reason.encode(), text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
 
 
 def steps_body(rank: int, size: int) -> bytes:

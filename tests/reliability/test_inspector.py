@@ -9,13 +9,14 @@ can carry.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetscope_sim.harness import eventually
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon
 
 pytestmark = pytest.mark.live
@@ -55,6 +56,14 @@ def counted(text: str) -> float:
     return total
 
 
+def caught_up(node: Daemon, written: int, sizes: list[int]) -> bytes | None:
+    """/metrics once the collector has counted ``written`` lines, else None; every size seen goes to ``sizes``."""
+    _, status, text = node.get("/metrics")
+    assert status == 200
+    sizes.append(len(text))
+    return text if counted(text.decode()) >= written else None
+
+
 def test_a_communicator_flood_keeps_memory_and_metrics_bounded(
         daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     """Measured before the fix: 5 appends of 7 MiB made 86,868 series, a 33 MB /metrics and 509 MiB RSS."""
@@ -66,22 +75,19 @@ def test_a_communicator_flood_keeps_memory_and_metrics_bounded(
                    "collector.netstat": "false", "nccl.dir": str(dump), "path.procfs": "/proc",
                    "collector.nccl.interval": "1s"})
     written = 0
-    largest = 0
+    sizes: list[int] = []
     for _ in range(5):
         body, lines = flood_lines(written, 7 << 20, os.getpid())
         with open(path, "ab") as handle:
             handle.write(body)
         written += lines
-        deadline = time.monotonic() + 60
-        while True:
-            _, status, text = node.get("/metrics")
-            assert status == 200
-            largest = max(largest, len(text))
-            if counted(text.decode()) >= written or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        # Until the collector has read every line written: a generous limit, which only a collector that stops
+        # reading can reach (a 7 MiB append takes it a few seconds on a quiet machine, more beside other tests).
+        text = eventually(partial(caught_up, node, written, sizes), 300, "the collector to read the flood",
+                          interval=0.5)
         assert counted(text.decode()) == written, "the collector fell behind the flood"
         assert node.peak_rss() < MEMORY_CEILING, f"peak RSS {node.peak_rss() >> 20} MiB after {written} lines"
+    largest = max(sizes)
     print(f"{written} lines, largest /metrics {largest} bytes, peak RSS {node.peak_rss() >> 20} MiB")
     assert largest < METRICS_CEILING
     families = {f.name: f for f in text_string_to_metric_families(text.decode())}
