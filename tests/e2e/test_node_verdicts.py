@@ -101,8 +101,15 @@ def refusing_address() -> Iterator[str]:
         yield f"{host}:{port}"
 
 
+# How long check may wait for Prometheus: a guard, not the 2 s default. The verdicts are the claim here, and this
+# Prometheus shares a loaded machine with other tests; the default's deadline ("could not tell" past it) is the
+# gate's (tests/check/).
+PROMETHEUS_TIMEOUT = "30s"
+
+
 def check(capsys: pytest.CaptureFixture[str], instance: str, url: str) -> tuple[int, str]:
-    code = main(["check", "--condition", "training", "--check.prometheus-url", url, "--check.instance", instance])
+    code = main(["check", "--condition", "training", "--check.prometheus-url", url, "--check.instance", instance,
+                 "--check.prometheus-timeout", PROMETHEUS_TIMEOUT])
     return code, capsys.readouterr().out
 
 
@@ -142,7 +149,8 @@ def test_slurm_drains_the_repeat_offender_naming_the_finding(prometheus: str, tm
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
         "collector": {name: {"enabled": False} for name in ("efa", "netdev", "netstat", "ena", "gpu", "nccl")},
-        "check": {"prometheus-url": prometheus, "instance": "a03", "repaired-file": str(tmp_path / "repaired")},
+        "check": {"prometheus-url": prometheus, "instance": "a03", "repaired-file": str(tmp_path / "repaired"),
+                  "prometheus-timeout": PROMETHEUS_TIMEOUT},
     }))
     command = slurm.bin / "fleetscope"
     command.write_text(f'#!/bin/sh\nPYTHONPATH="{os.path.join(ROOT, "exporter")}" exec "{sys.executable}" '
@@ -150,10 +158,13 @@ def test_slurm_drains_the_repeat_offender_naming_the_finding(prometheus: str, tm
     command.chmod(0o755)
     slurm.set_node("IDLE")
     drain = "update NodeName=gpu-st-1 State=DRAIN Reason=fleetscope: training: repeat straggler (3 jobs)"
-    assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config)) == [drain]
+    # The script's own deadline (45 s by default) above check's, below run_healthcheck's 60 s.
+    deadline = "55"
+    assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config), FLEETSCOPE_CHECK_TIMEOUT=deadline) == [drain]
     slurm.set_node("IDLE+DRAIN", "fleetscope: training: repeat straggler (3 jobs)")
     # Repaired in place: the operator touches the repaired file; the days of history no longer count until
     # the node is flagged again, and fleetscope resumes the node it drained.
     (tmp_path / "repaired").touch()
     resume = "update NodeName=gpu-st-1 State=RESUME"
-    assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config)) == [drain, resume]
+    assert slurm.run_healthcheck(FLEETSCOPE_CHECK_CONFIG=str(config), FLEETSCOPE_CHECK_TIMEOUT=deadline) == [
+        drain, resume]
