@@ -28,10 +28,11 @@ pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 
-# Steps of about 0.25 s (0.24 s of accelerator time, waited as a host waits on a CUDA sync). Long accelerator
-# shares keep the host's part of a step (the ranks' CPU, about 8 ms of gloo and Python) small, so the nine ranks
-# need about a quarter of a core and a busy machine barely moves a step.
-DEVICE_MS = "240"
+# Steps of about half a second (0.48 s of accelerator time, waited as a host waits on a CUDA sync). Long
+# accelerator shares keep the host's part of a step (the ranks' CPU, about 8 ms of gloo and Python) small, so the
+# nine ranks need a sixth of a core and a busy machine barely moves a step; the hang threshold stays at its 30 s
+# floor (10 median steps), and a 15 s window of the straggler rule still holds 30 steps.
+DEVICE_MS = "480"
 # Only a guard against a run that never decides: each verdict comes in about two minutes on a quiet machine
 # (the straggler's, the slowest, needs four 15 s spread samples and 30 s of `for`), later on a loaded one.
 LIMIT = 600.0
@@ -51,15 +52,15 @@ def test_fsdp_straggler_loader_bound_rank_hang_and_dead_rank_are_each_named() ->
                     "--slowdown", "0.5", "--device-ms", DEVICE_MS)
         # One input-bound rank of three, so that the job's median rank is not (two ranks' median would be their
         # mean, and the job-wide TrainingInputBound would take over): rank 1 is local rank 1 on node-00, GPU 1.
-        # Two loader workers at 0.8 s a batch: 0.4 s per batch against a 0.25 s step; 250 steps, about 100 s.
-        jobs.launch("loader-bound", 3, 2, free_port(), "--model", "ddp", "--steps", "250", "--data-rank", "1",
-                    "--data-ms", "800", "--device-ms", DEVICE_MS)
-        # The stall after 60 steps, once the job's median step (the hang threshold's base) has been scraped.
+        # Two loader workers at 1.6 s a batch: 0.8 s per batch against a 0.5 s step; 125 steps, about 100 s.
+        jobs.launch("loader-bound", 3, 2, free_port(), "--model", "ddp", "--steps", "125", "--data-rank", "1",
+                    "--data-ms", "1600", "--device-ms", DEVICE_MS)
+        # The stall after 30 steps, once the job's median step (the hang threshold's base) has been scraped.
         jobs.launch("hang", 2, 1, free_port(), "--model", "ddp", "--steps", "100000", "--stall-rank", "1",
-                    "--fault-step", "60", "--device-ms", DEVICE_MS)
+                    "--fault-step", "30", "--device-ms", DEVICE_MS)
         # Both ranks on node-00: rank 1, local rank 1, on GPU 1, is killed.
         jobs.launch("dead", 2, 2, free_port(), "--model", "ddp", "--steps", "100000", "--die-rank", "1",
-                    "--fault-step", "60", "--device-ms", DEVICE_MS)
+                    "--fault-step", "30", "--device-ms", DEVICE_MS)
 
         def decided() -> bool:
             return (all(jobs.first_fired(alert, training_job=job) for alert, job in EXPECTED.items())
