@@ -55,8 +55,9 @@ def test_capture_replays_to_the_same_metrics(tmp_path, tree, scenario, settings)
 
     # the capture first: NVML events are delivered once, to whoever registers first
     capturing = node.fake()
-    snapshot = take_snapshot(node.config, ena_reader=ena_reading, nvml_timeout=5.0, gpm_interval=0.1,
-                             event_wait=0.3)
+    # A call that never returns (hanging_call) is waited on for the capture's whole NVML budget: 1 s there.
+    snapshot = take_snapshot(node.config, ena_reader=ena_reading, nvml_timeout=1.0 if scenario == "hanging_call"
+                             else 5.0, gpm_interval=0.1, event_wait=0.3)
     if capturing is not None:
         capturing.release()
     uninstall()
