@@ -28,8 +28,12 @@ def position_of(daemon: LiveDaemon, job: str, rank: int = 0) -> Any:
     return views[0].position if views else None
 
 
-def wait_for(condition: Any, timeout: float = 30.0) -> bool:
-    return bool(eventually(condition, max(timeout, 30.0), interval=0.02))
+HANG = 240.0  # seconds: guards a hang only (inside pytest-timeout's 300), never a verdict on speed
+
+
+def wait_for(condition: Any, timeout: float = HANG) -> bool:
+    """``condition`` came true: returns as soon as it does; ``timeout`` is raised to HANG (a hang guard)."""
+    return bool(eventually(condition, max(timeout, HANG), interval=0.02))
 
 
 class FakeScalar:
@@ -289,7 +293,7 @@ def test_position_is_reported_while_the_training_thread_is_stuck() -> None:
             with tracker.step():
                 pass
             with tracker.step(), tracker.phase("data"):
-                release.wait(30)  # a loader that never answers
+                release.wait(HANG)  # a loader that never answers
 
         thread = threading.Thread(target=train)
         entered = time.time()
@@ -512,14 +516,15 @@ def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the
             assert proc.stdout is not None and proc.stdin is not None
             trained = threading.Event()
             threading.Thread(target=lambda: (proc.stdout.readline(), trained.set()), daemon=True).start()  # type: ignore[union-attr]
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + HANG  # a hang guard: spawning torch workers takes what it takes
             while not trained.is_set() and time.monotonic() < deadline:
                 seen.extend((view.process[0], view.position.phase, view.position.step)
                             for view in daemon.collector.store.view().ranks
                             if view.job == "spawned" and view.position is not None and view.process is not None)
                 time.sleep(0.01)
             assert trained.is_set()
-            time.sleep(0.2)
+            assert wait_for(lambda: any(r.job == "spawned" and r.values["steps"] == 8  # the last flush arrived
+                                        for r in daemon.collector.store.view().ranks))
             view = rank_view(daemon, "spawned")
             assert view.values["steps"] == 8 and view.position is not None and view.position.phase != "ended"
         finally:
