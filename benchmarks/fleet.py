@@ -59,9 +59,10 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.harness import REPO_ROOT, Service, find_binary, free_port, http_get
+from benchmarks.harness import REPO_ROOT, find_binary, http_get
 from fleetscope.metrics.spec import DetailLevel
 from fleetscope.rules.settings import seconds
+from fleetscope_sim.harness import Prometheus
 
 JOBS = 64
 RANKS_PER_NODE = 8
@@ -279,7 +280,6 @@ class FleetServer:
     def __init__(self, fleet: list[list[Series]]) -> None:
         self.fleet = fleet
         self.started = time.time()
-        self.port = free_port()
         self.scrapes = 0
         server = self
 
@@ -303,7 +303,8 @@ class FleetServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: the one it bound, below
+        self.port = int(self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> FleetServer:
@@ -509,15 +510,10 @@ def measure_size(nodes: int, node_template: list[TemplateSeries], workdir: Path,
     with FleetServer(fleet_series(nodes, node_template)) as server:
         config = {"global": {"evaluation_interval": EVALUATION_INTERVAL}, "rule_files": [str(size_dir / "rules.yml")],
                   "scrape_configs": [scrape_config(nodes, server.port, scrape_interval)]}
-        (size_dir / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        port = free_port()
-        service = Service("prometheus", [
-            prometheus, f"--config.file={size_dir / 'prometheus.yml'}", f"--storage.tsdb.path={size_dir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--query.timeout=2m",
-        ], port, str(size_dir / "prometheus.log"), ready_path="/-/ready")
-        service.start()
+        service = Prometheus(size_dir, extra_args=["--query.timeout=2m"], retention="15d", binary=prometheus)
         try:
-            service.wait_ready(timeout=300)
+            service.start(config, timeout=300)  # port 0: the address it logs is the one it bound
+            port = service.port
             time.sleep(warmup * 60)
             log(f"  {nodes} nodes: warm after {warmup:g} min ({server.scrapes:,} scrapes served)")
             deadline = time.monotonic() + cycles * 60 + 5

@@ -14,14 +14,16 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
+
+from fleetscope_sim.harness import Daemon, GoServer, Pushgateway
 
 HOST = "127.0.0.1"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,12 +60,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = math.floor(pos)
     high = math.ceil(pos)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 # -- simulated node trees ------------------------------------------------------------------------
@@ -264,128 +260,58 @@ def cpu_share(start: ProcSample, end: ProcSample) -> float:
     return (end.cpu_seconds - start.cpu_seconds) / elapsed if elapsed > 0 else math.nan
 
 
-@dataclass
-class Service:
-    """A server process we started (daemon, node_exporter, Pushgateway), stopped by its own pid."""
-
-    name: str
-    argv: list[str]
-    port: int
-    log_path: str
-    ready_path: str = "/"
-    env: dict[str, str] | None = None
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
-                env=self.env,
-            )
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                status, _ = http_get(self.port, self.ready_path, timeout=2.0)
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; see {self.log_path}")
-
-    def lost_its_port(self) -> bool:
-        """Whether it exited because its port was taken: ``free_port`` hands out a port it no longer holds, and
-        beside a parallel test suite's connections another process may take it first (uvicorn and Go say so)."""
-        if self.process is None or self.process.poll() is None:
-            return False
-        with contextlib.suppress(OSError), open(self.log_path, "rb") as log:
-            log.seek(max(0, os.path.getsize(self.log_path) - 4096))
-            return b"address already in use" in log.read().lower()
-        return False
-
-    def move_to(self, port: int) -> None:
-        """The same service on another port (its argv names the old one once, as HOST:port)."""
-        old, new = f"{HOST}:{self.port}", f"{HOST}:{port}"
-        self.argv = [arg.replace(old, new) for arg in self.argv]
-        self.port = port
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+Server = Daemon | GoServer  # what the benchmarks start: the shared harness's processes (port 0, address read back)
 
 
 class Services:
-    """Starts services together, stops them all (by pid) however the block ends."""
+    """Starts servers together (all spawned, then each waited for), stops them all (by pid) however the block ends.
+
+    Each binds port 0 and says what it bound (:mod:`fleetscope_sim.harness`): no port is probed, so none can be
+    taken by another process between a probe and a bind."""
 
     def __init__(self) -> None:
-        self.started: list[Service] = []
+        self.started: list[Server] = []
 
-    def start(self, *services: Service, ready_timeout: float = 240.0) -> None:
-        for service in services:
-            service.start()
-            self.started.append(service)
-        for service in services:
-            for attempt in range(3):
-                try:
-                    service.wait_ready(ready_timeout)
-                    break
-                except RuntimeError:
-                    if attempt == 2 or not service.lost_its_port():
-                        raise
-                    service.move_to(free_port())
-                    service.start()
+    def start(self, *servers: Server, ready_timeout: float = 240.0) -> None:
+        for server in servers:
+            server.spawn()
+            self.started.append(server)
+        for server in servers:
+            server.wait_ready(ready_timeout)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for service in reversed(self.started):
-            service.stop()
+        for server in reversed(self.started):
+            server.stop(timeout=10)
 
 
-def daemon_service(name: str, root: str, port: int, log_dir: str, collectors: Sequence[str],
-                   interval: str = "default", pause_after: str = "") -> Service:
-    """A fleetscope daemon over a simulated tree (see :mod:`benchmarks.nodeproc`)."""
+def daemon_service(name: str, root: str, log_dir: str, collectors: Sequence[str], interval: str = "default",
+                   pause_after: str = "") -> Daemon:
+    """A fleetscope daemon over a simulated tree (see :mod:`benchmarks.nodeproc`), on port 0."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     for key in [k for k in env if k.startswith("FLEETSCOPE_")]:
         del env[key]  # the caller's shell must not change what is measured
-    argv = [sys.executable, "-m", "benchmarks.nodeproc", "--root", root, "--listen", f"{HOST}:{port}",
-            "--collectors", ",".join(collectors), "--interval", interval]
+    ready = Path(log_dir) / f"{name}.ready"
+    argv = [sys.executable, "-m", "benchmarks.nodeproc", "--root", root, "--listen", f"{HOST}:0",
+            "--ready-file", str(ready), "--collectors", ",".join(collectors), "--interval", interval]
     if pause_after:
         argv += ["--pause-after", pause_after]
-    return Service(name, argv, port, os.path.join(log_dir, f"{name}.log"), ready_path="/readyz", env=env)
+    return Daemon(argv, Path(log_dir) / f"{name}.log", env=env, cwd=REPO_ROOT, ready_file=ready)
 
 
-def node_exporter_service(binary: str, root: str, port: int, log_dir: str) -> Service:
-    argv = [binary, f"--web.listen-address={HOST}:{port}", f"--path.sysfs={root}/sys", f"--path.procfs={root}/proc",
+def node_exporter_service(binary: str, root: str, log_dir: str) -> GoServer:
+    """node_exporter on port 0 (it logs the address it bound at its default level, info)."""
+    argv = [binary, f"--web.listen-address={HOST}:0", f"--path.sysfs={root}/sys", f"--path.procfs={root}/proc",
             f"--path.rootfs={root}", "--collector.disable-defaults", "--collector.netdev", "--collector.netstat",
-            "--collector.infiniband", "--log.level=warn"]
-    return Service("node_exporter", argv, port, os.path.join(log_dir, "node_exporter.log"), ready_path="/")
+            "--collector.infiniband"]
+    return GoServer(argv, Path(log_dir) / "node_exporter.log", ready_path="/")
 
 
-def pushgateway_service(binary: str, port: int, log_dir: str) -> Service:
-    argv = [binary, f"--web.listen-address={HOST}:{port}", "--log.level=warn"]
-    return Service("pushgateway", argv, port, os.path.join(log_dir, "pushgateway.log"), ready_path="/-/ready")
+def pushgateway_service(binary: str, log_dir: str) -> Pushgateway:
+    return Pushgateway(log_dir, binary=binary)
 
 
 def binary_version(binary: str) -> str:

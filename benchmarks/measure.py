@@ -26,13 +26,12 @@ from benchmarks.harness import (
     PacedScraper,
     PushOutcome,
     RankFleet,
-    Service,
+    Server,
     Services,
     SimTree,
     TreeTicker,
     cpu_share,
     daemon_service,
-    free_port,
     metrics_text,
     push_load,
     pushgateway_service,
@@ -176,9 +175,9 @@ def measure_node(settings: Settings, log: Any = print) -> NodeResults:
              for i, shape in enumerate(VARIANTS)]
     cycle_tree = SimTree(VARIANTS[0], os.path.join(settings.workdir, "node-cycles"), index=len(VARIANTS), hard=True)
     ticker = TreeTicker([*trees, cycle_tree], max_seconds=settings.sustained_seconds + 600)
-    daemons = [daemon_service(f"daemon-{i}", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
+    daemons = [daemon_service(f"daemon-{i}", tree.paths.root, settings.workdir, ALL_COLLECTORS)
                for i, tree in enumerate(trees)]
-    cycle_daemon = daemon_service("daemon-cycles", cycle_tree.paths.root, free_port(), settings.workdir,
+    cycle_daemon = daemon_service("daemon-cycles", cycle_tree.paths.root, settings.workdir,
                                   ALL_COLLECTORS, interval=str(settings.cycle_interval))
     fleets: list[RankFleet] = []
     scrapers: list[PacedScraper] = []
@@ -295,7 +294,7 @@ class PushResults:
         return None
 
 
-def _timed_push(service: Service, server: str, workload: str, mode: str, batch: int, settings: Settings,
+def _timed_push(service: Server, server: str, workload: str, mode: str, batch: int, settings: Settings,
                 job: str) -> PushRow:
     s0 = sample_process(service.pid)
     outcome = push_load(service.port, 8, mode, batch, 1_000_000, settings.push_seconds, job=job)
@@ -358,11 +357,11 @@ def measure_client(port: int, calls: int, bursts: int = 20) -> ClientCost:
 def measure_push(settings: Settings, log: Any = print) -> PushResults:
     root = os.path.join(settings.workdir, "node-push")
     SimTree(NodeShape("push"), root, index=30, hard=True)  # the daemon needs a tree; only the push endpoint is used
-    daemon = daemon_service("daemon-push", root, free_port(), settings.workdir, ("steps",))
-    services_list: list[Service] = [daemon]
+    daemon = daemon_service("daemon-push", root, settings.workdir, ("steps",))
+    services_list: list[Server] = [daemon]
     gateway = None
     if settings.pushgateway:
-        gateway = pushgateway_service(settings.pushgateway, free_port(), settings.workdir)
+        gateway = pushgateway_service(settings.pushgateway, settings.workdir)
         services_list.append(gateway)
     rows: list[PushRow] = []
     with Services() as services:

@@ -1,9 +1,9 @@
 """One benchmark node daemon: the real fleetscope pipeline over a simulated node's tree.
 
-Started as ``python3 -m benchmarks.nodeproc --root DIR --listen HOST:PORT ...``
-by :mod:`benchmarks.harness`. It is the simulator's ``simulate-node`` with two
-knobs the benchmarks need: which collectors run, and whether they keep their
-registry default intervals (the production setting) or one fixed interval.
+Started as ``python3 -m benchmarks.nodeproc --root DIR --listen 127.0.0.1:0 --ready-file PATH ...``
+by :mod:`benchmarks.harness` (the daemon writes the addresses it bound to the ready file). It is the
+simulator's ``simulate-node`` with two knobs the benchmarks need: which collectors run, and whether they
+keep their registry default intervals (the production setting) or one fixed interval.
 
 Unlike the simulator, the GPU state feed is installed once and not polled:
 its poll loop is simulator work that would be billed to the daemon's CPU.
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.nodeproc")
     parser.add_argument("--root", required=True)
     parser.add_argument("--listen", required=True)
+    parser.add_argument("--ready-file", default="", help="web.ready-file: where the daemon writes what it bound")
     parser.add_argument("--collectors", default="efa,netdev,netstat,ena,gpu,steps")
     parser.add_argument("--interval", default="default", help="'default' or seconds for every background collector")
     parser.add_argument("--pause-after", default="", help="collection.pause-after (default: the daemon's)")
@@ -47,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
     collectors = [name for name in args.collectors.split(",") if name]
     paths = NodePaths(args.root)
-    config = node_config(paths, args.listen, 15.0, node_flags(collectors, args.interval, args.pause_after))
+    flags = node_flags(collectors, args.interval, args.pause_after)
+    if args.ready_file:
+        flags["web.ready-file"] = args.ready_file
+    config = node_config(paths, args.listen, 15.0, flags)
     if "gpu" in collectors:
         from fleetscope_sim.gpufeed import GpuFeed
 

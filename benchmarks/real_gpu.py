@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.gpu_cost import collector_cost, markdown, model_cost, predicted_nvml_ms
+from fleetscope_sim.harness import Daemon
 
 HOST = "127.0.0.1"
 LATENCY_MODEL = "h100_sxm_580"
@@ -217,7 +218,7 @@ def kernel_log_lines(path: str = "/dev/kmsg") -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(args.out, exist_ok=True)
-    session = Session(args.out, args.port)
+    session = Session(args.out, 0)  # the daemon's port once it has bound one
     session.results["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     session.results["python"] = sys.version.split()[0]
 
@@ -236,12 +237,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # NVML's cost first, on an idle GPU with nothing else calling NVML.
     session.step("cost_idle", lambda: collector_cost(args.cycles, COST_SETTINGS))
     session.step("fields_idle", field_costs)
-    log = open(os.path.join(args.out, "serve.log"), "wb")  # noqa: SIM115 - closed after the daemon stops
-    serve = subprocess.Popen(_fleetscope("serve", "--web.listen-address", f"{HOST}:{args.port}",
-                                         "--collector.gpu.interval", "2", "--no-collector.steps"),
-                             stdout=log, stderr=subprocess.STDOUT)
+    # ``fleetscope serve`` on port 0 through the shared harness: its log is serve.log, its address read back.
+    serve = Daemon.serve(args.out, {"collector.gpu.interval": 2, "collector.steps": False}, name="serve")
     try:
-        session.step("serve_ready", lambda: _wait_ready(args.port, serve))
+        session.step("serve_ready", lambda: _serve_ready(serve, session))
         session.step("idle_scrapes", lambda: session.scrapes(args.idle_seconds))
         session.step("check_idle", session.check)
         session.step("capture_idle", lambda: session.capture("h100_real_idle"))
@@ -265,12 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         session.step("load", load_result)
         session.step("after_load_scrapes", lambda: session.scrapes(4.0))
     finally:
-        serve.terminate()
-        try:
-            serve.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-        log.close()
+        serve.stop()
     # The latency model's figures beside the real ones: this node's GPU as captured, and a p5's 8 with NVLink.
     session.step("model_this_node", lambda: model_cost(
         os.path.join(args.out, "h100_real.tar.gz"), LATENCY_MODEL, args.cycles))
@@ -284,16 +278,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return session.results
 
 
-def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 90.0) -> float:
+def _serve_ready(serve: Daemon, session: Session, timeout: float = 90.0) -> float:
+    """Seconds from the start to ``/readyz`` answering 200; the session scrapes the port it bound."""
     started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if process.poll() is not None:
-            raise RuntimeError(f"fleetscope serve exited with {process.returncode} (serve.log)")
-        with contextlib.suppress(OSError):
-            if _get(f"http://{HOST}:{port}/readyz", timeout=2)[0] == 200:
-                return round(time.monotonic() - started, 2)
-        time.sleep(0.5)
-    raise TimeoutError("fleetscope serve not ready")
+    serve.start(timeout)
+    session.port = serve.port
+    return round(time.monotonic() - started, 2)
 
 
 # -- the report --------------------------------------------------------------------------------------
@@ -517,7 +507,6 @@ def scenario_differences(capture_path: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.real_gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "h100"))
-    parser.add_argument("--port", type=int, default=9402)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--load-seconds", type=float, default=60.0)
     parser.add_argument("--cycles", type=int, default=60, help="Collector cycles per cost run (10 s apart).")

@@ -33,12 +33,11 @@ from benchmarks.harness import (
     NodeShape,
     PacedScraper,
     RankFleet,
-    Service,
+    Server,
     Services,
     SimTree,
     TreeTicker,
     daemon_service,
-    free_port,
     metrics_text,
     node_exporter_service,
     percentile,
@@ -174,7 +173,8 @@ def _load() -> str:
         return "unknown"
 
 
-def _window(services: Sequence[Service], scrapers: Sequence[PacedScraper], seconds: float) -> list[Exporter]:
+def _window(names: Sequence[str], services: Sequence[Server], scrapers: Sequence[PacedScraper],
+            seconds: float) -> list[Exporter]:
     """Measure every service over one window: scrapes, latencies and CPU inside it only."""
     counts0 = [len(s.latencies) for s in scrapers]
     errors0 = [s.errors for s in scrapers]
@@ -182,9 +182,9 @@ def _window(services: Sequence[Service], scrapers: Sequence[PacedScraper], secon
     time.sleep(seconds)
     end = [sample_process(s.pid) for s in services]
     out = []
-    for service, scraper, n0, e0, s0, s1 in zip(services, scrapers, counts0, errors0, start, end, strict=True):
+    for name, scraper, n0, e0, s0, s1 in zip(names, scrapers, counts0, errors0, start, end, strict=True):
         latencies = scraper.latencies[n0:]
-        out.append(Exporter(service.name, len(latencies), scraper.errors - e0, latencies,
+        out.append(Exporter(name, len(latencies), scraper.errors - e0, latencies,
                             s1.cpu_seconds - s0.cpu_seconds, s1.wall - s0.wall, s1.rss_bytes, s1.hwm_bytes, 0))
     return out
 
@@ -192,20 +192,20 @@ def _window(services: Sequence[Service], scrapers: Sequence[PacedScraper], secon
 def _side_by_side_run(settings: ScrapeSettings, run: int, log: Log) -> tuple[SideBySideRun, int]:
     tree = hard_tree(settings, f"side-{run}", index=50 + run)
     ticker = TreeTicker([tree], max_seconds=settings.seconds + 600)
-    services: list[Service] = []
+    services: list[Server] = []
+    names: list[str] = []
     if settings.node_exporter:
-        services.append(node_exporter_service(settings.node_exporter, tree.paths.root, free_port(), settings.workdir))
-    net = daemon_service(FLEETSCOPE_NET, tree.paths.root, free_port(), settings.workdir, NET_COLLECTORS)
-    full = daemon_service(FLEETSCOPE_FULL, tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
-    net.log_path = os.path.join(settings.workdir, f"daemon-side-net-{run}.log")
-    full.log_path = os.path.join(settings.workdir, f"daemon-side-full-{run}.log")
-    services += [net, full]
+        services.append(node_exporter_service(settings.node_exporter, tree.paths.root, settings.workdir))
+        names.append(NODE_EXPORTER)
+    full = daemon_service(f"daemon-side-full-{run}", tree.paths.root, settings.workdir, ALL_COLLECTORS)
+    services += [daemon_service(f"daemon-side-net-{run}", tree.paths.root, settings.workdir, NET_COLLECTORS), full]
+    names += [FLEETSCOPE_NET, FLEETSCOPE_FULL]
     headers = scrape_headers(PROMETHEUS_ACCEPT, timeout=settings.interval)
-    scrapers = [PacedScraper(s.port, settings.interval, headers=headers, delay=i * settings.interval / len(services))
-                for i, s in enumerate(services)]
     fleet: RankFleet | None = None
     with Services() as started:
-        started.start(*services)
+        started.start(*services)  # each on port 0: the scrapers learn the ports it bound
+        scrapers = [PacedScraper(s.port, settings.interval, headers=headers,
+                                 delay=i * settings.interval / len(services)) for i, s in enumerate(services)]
         ticker.start()
         try:
             fleet = RankFleet(full.port, settings.ranks, settings.steps_per_second)
@@ -216,7 +216,7 @@ def _side_by_side_run(settings: ScrapeSettings, run: int, log: Log) -> tuple[Sid
             log(f"  run {run + 1}/{settings.repeats}: {settings.seconds:.0f}s, "
                 f"one scrape per {settings.interval:g}s each")
             load = _load()
-            measured = _window(services, scrapers, settings.seconds)
+            measured = _window(names, services, scrapers, settings.seconds)
             for exporter, service in zip(measured, services, strict=True):
                 exporter.series = _series(metrics_text(service.port))
         finally:
@@ -283,23 +283,22 @@ def measure_prometheus(settings: ScrapeSettings, log: Log = print) -> RealPromet
         return RealPrometheus("not installed", settings.interval, 0.0, note="prometheus or node_exporter not found")
     tree = hard_tree(settings, "prometheus-node", index=60)
     ticker = TreeTicker([tree], max_seconds=settings.prometheus_seconds + 600)
-    exporter = node_exporter_service(settings.node_exporter, tree.paths.root, free_port(), settings.workdir)
-    daemon = daemon_service("fleetscope", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
-    daemon.log_path = os.path.join(settings.workdir, "daemon-prometheus.log")
+    exporter = node_exporter_service(settings.node_exporter, tree.paths.root, settings.workdir)
+    daemon = daemon_service("daemon-prometheus", tree.paths.root, settings.workdir, ALL_COLLECTORS)
     interval = f"{round(settings.interval * 1000)}ms"  # Prometheus durations take no fractions
-    config = {
-        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": "1m"},
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{service.port}"]}]}
-            for job, service in (("node_exporter", exporter), ("fleetscope", daemon))
-        ],
-    }
     prom = Prometheus(os.path.join(settings.workdir, "prometheus"))  # on a port it chose, read from its log
     fleet: RankFleet | None = None
     targets = []
     window = settings.prometheus_seconds
     with Services() as started:
         started.start(exporter, daemon)
+        config = {  # the ports they bound
+            "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": "1m"},
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{service.port}"]}]}
+                for job, service in (("node_exporter", exporter), ("fleetscope", daemon))
+            ],
+        }
         ticker.start()
         try:
             fleet = RankFleet(daemon.port, settings.ranks, settings.steps_per_second)
@@ -362,7 +361,7 @@ def measure_idle(settings: ScrapeSettings, log: Log = print) -> list[IdleRow]:
     quick = settings.interval < 1.0
     daemons = []
     for i, (_, _, _, pausable) in enumerate(IDLE_VARIANTS):
-        daemon = daemon_service(f"idle-{i}", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS,
+        daemon = daemon_service(f"idle-{i}", tree.paths.root, settings.workdir, ALL_COLLECTORS,
                                 pause_after=f"{settings.pause_after:g}s" if pausable else "0")
         daemons.append(daemon)
     scrapers: list[list[PacedScraper]] = []
@@ -424,7 +423,7 @@ class ScrapePath:
 
 def _request_costs(settings: ScrapeSettings, log: Log) -> list[RequestCost]:
     tree = hard_tree(settings, "requests-node", index=80)
-    daemon = daemon_service("fleetscope-requests", tree.paths.root, free_port(), settings.workdir, ALL_COLLECTORS)
+    daemon = daemon_service("fleetscope-requests", tree.paths.root, settings.workdir, ALL_COLLECTORS)
     rows = []
     cases = (
         ("`/healthz` (the HTTP stack alone)", "/healthz", {}),

@@ -212,21 +212,40 @@ class GoServer(Process):
 
     ready_path: str = "/-/ready"
     address: str = ""
+    log_offset: int = 0  # where this start's lines begin: a log reused by an earlier run names that run's address
+
+    def spawn(self) -> None:
+        try:
+            self.log_offset = self.log_path.stat().st_size
+        except FileNotFoundError:
+            self.log_offset = 0
+        super().spawn()
 
     def start(self, timeout: float = READY_TIMEOUT) -> GoServer:
         self.spawn()
+        return self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> GoServer:
+        """Once it has logged the address it bound and answers ``ready_path``."""
+        deadline = time.monotonic() + timeout
         self.address = eventually(self._bound, timeout, f"{self.name} to log its address ({self.log_path})")
-        eventually(self._answers, timeout, f"{self.name} to answer {self.ready_path}")
+        eventually(self._answers, max(0.0, deadline - time.monotonic()), f"{self.name} to answer {self.ready_path}")
         return self
 
     def _bound(self) -> str | None:
         self.check_running()
-        found = LISTENING.search(self.log())
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_offset)
+            found = LISTENING.search(log.read().decode(errors="replace"))
         return found.group(1) if found else None
 
     def _answers(self) -> bool:
         self.check_running()
         return answers_ok(self.url + self.ready_path)
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
 
     @property
     def url(self) -> str:
@@ -245,17 +264,18 @@ class Prometheus(GoServer):
     """A Prometheus server on a fresh data directory under ``workdir``, with :meth:`query` and friends."""
 
     def __init__(self, workdir: str | Path, listen: str = f"{LOOPBACK}:0", extra_args: Sequence[str] = (),
-                 retention: str = "1d") -> None:
+                 retention: str = "1d", binary: str | None = None) -> None:
         self.workdir = Path(workdir)
         super().__init__([], self.workdir / "prometheus.log")
         self.listen = listen
         self.extra_args = tuple(extra_args)
         self.retention = retention
+        self.binary = binary  # None: the one on PATH
 
     def start(self, config: Mapping[str, Any] | None = None, timeout: float = READY_TIMEOUT) -> Prometheus:  # type: ignore[override]
         import yaml
 
-        binary = find_binary("prometheus")
+        binary = self.binary or find_binary("prometheus")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(dict(config or {}), sort_keys=False))
@@ -316,14 +336,19 @@ class Alertmanager(GoServer):
 class Pushgateway(GoServer):
     """The Prometheus Pushgateway, keeping what it is sent in memory."""
 
-    def __init__(self, workdir: str | Path, listen: str = f"{LOOPBACK}:0", extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, workdir: str | Path, listen: str = f"{LOOPBACK}:0", extra_args: Sequence[str] = (),
+                 binary: str | None = None) -> None:
         super().__init__([], Path(workdir) / "pushgateway.log")
         self.listen = listen
         self.extra_args = tuple(extra_args)
+        self.binary = binary  # None: the one on PATH
+
+    def spawn(self) -> None:
+        binary = self.binary or find_binary("prometheus-pushgateway", "pushgateway")
+        self.argv = [binary, f"--web.listen-address={self.listen}", *self.extra_args]
+        super().spawn()
 
     def start(self, timeout: float = READY_TIMEOUT) -> Pushgateway:
-        self.argv = [find_binary("prometheus-pushgateway", "pushgateway"), f"--web.listen-address={self.listen}",
-                     *self.extra_args]
         super().start(timeout)
         return self
 
