@@ -23,6 +23,7 @@ from tests.client.test_tracker import Captured, position_of, rank_view, wait_for
 from tests.push.live import running_daemon
 
 MS = 1e-3
+HANG = 240.0  # seconds: guards a hang only (inside pytest-timeout's 300), never a verdict on speed
 KERNELS = (("forward", 8 * MS), ("backward", 10 * MS), ("optimizer", 2 * MS))  # 20 ms of device work per step
 
 
@@ -71,24 +72,44 @@ def stalled_run(stall: float, on_device: bool = True) -> tuple[dict[str, Any], S
     return tracker.entries[10], loader, device
 
 
-def test_a_loader_stall_shorter_than_the_queued_work_costs_the_device_nothing() -> None:
-    entry, loader, device = stalled_run(0.025)
-    assert loader.queued_at_stall > 0.035  # the host was ahead by more than the stall: the device never starved
+def stalled_step_on_the_device(device: Device) -> tuple[float, float]:
+    """The device's own record of the stalled (11th) step: (seconds it idled before the step's first kernel,
+    seconds from the 10th step's last kernel's end to the 11th's)."""
+    busy = list(device.busy)
+    assert [name for _, _, name in busy[29:33]] == ["optimizer", "forward", "backward", "optimizer"]
+    return busy[30][0] - busy[29][1], busy[32][1] - busy[29][1]
+
+
+def assert_the_tracker_reports_what_the_device_did(entry: dict[str, Any], device: Device) -> None:
+    """The step is the device's step, and its data phase the device's idle time before its work: from the
+    device's own record, not the host's clock, whatever the machine's scheduler did to either thread."""
+    idle, span = stalled_step_on_the_device(device)
+    work = sum(seconds for _, seconds in KERNELS)
+    # The step's edges are markers the host records: each completes when the device reaches it, never before
+    # the work launched ahead of it, so the step fits in the device's span, its data phase in the device's
+    # idle time before the step's first kernel, and its compute holds at least the step's kernels.
+    assert entry["step_seconds"] <= span + 1e-9
+    assert entry["data_seconds"] <= idle + 1e-9
+    assert entry["compute_seconds"] >= work - 1e-9
+    assert entry["data_seconds"] + entry["compute_seconds"] == pytest.approx(entry["step_seconds"])
+
+
+# The figures of the two cases (a 25 ms stall behind 35 ms of queued work costs the device nothing; a 120 ms
+# one idles it for the stall less the queued work) depend on the host thread running ahead, which a loaded
+# machine decides: they are measured on a real GPU, beside CUPTI's idle time, by benchmarks/device_phases.py.
+# Here: whatever the timing, the tracker reports the device's record, and without a device the host's fetch.
+
+
+def test_a_loader_stall_shorter_than_the_queued_work_is_booked_as_the_device_saw_it() -> None:
+    entry, _, device = stalled_run(0.025)
     assert entry["fetch_seconds"] >= 0.025  # the loader took 25 ms ...
-    assert entry["data_seconds"] < 0.003  # ... and the device did not wait for it
-    assert device.idle_seconds(*loader.stall_window) < 0.003  # which is what the device did
-    assert entry["compute_seconds"] == pytest.approx(0.020, abs=0.004)  # its 20 ms of work
-    assert entry["step_seconds"] == pytest.approx(entry["data_seconds"] + entry["compute_seconds"])
+    assert_the_tracker_reports_what_the_device_did(entry, device)  # ... and data is what the device idled
 
 
-def test_a_loader_stall_longer_than_the_queued_work_idles_the_device_for_the_rest() -> None:
-    entry, loader, device = stalled_run(0.120)
-    begun, ended = loader.stall_window
-    idle = device.idle_seconds(begun, ended + 0.005)  # the device's own record: it idled once the queue ran dry
+def test_a_loader_stall_longer_than_the_queued_work_is_booked_as_the_device_saw_it() -> None:
+    entry, _, device = stalled_run(0.120)
     assert entry["fetch_seconds"] >= 0.120
-    assert entry["data_seconds"] == pytest.approx(idle, abs=0.003)
-    assert entry["data_seconds"] == pytest.approx((ended - begun) - loader.queued_at_stall, abs=0.006)
-    assert 0.05 < entry["data_seconds"] < entry["fetch_seconds"] - 0.025  # the stall less the queued work
+    assert_the_tracker_reports_what_the_device_did(entry, device)
     # The host clock, as before #26, books the whole fetch as the device's wait.
     host_entry, _, _ = stalled_run(0.120, on_device=False)
     assert host_entry["data_seconds"] == host_entry["fetch_seconds"] >= 0.120
@@ -116,7 +137,7 @@ def gloo_ranks(
 
     def run(rank: int) -> None:
         try:
-            group = distributed.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=120))
+            group = distributed.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=HANG))
             gradients = torch.ones(4096)
             with Device(f"gpu{rank}", queue_depth=16, slowdown=slowdown.get(rank, 1.0)) as device:
                 tracker = StepTracker(job=job, rank=rank, local_rank=rank, world_size=2, url=url, environ={},
@@ -124,7 +145,7 @@ def gloo_ranks(
                 tracker.timeline.use_device(device.marker)
                 body(rank, tracker, device, lambda: group.allreduce([gradients]).wait())
                 device.synchronize()
-                tracker.close(timeout=5)
+                tracker.close(timeout=HANG)  # every event completed (synchronized): returns at once
         except BaseException as exc:  # reported by the test, not lost in a thread
             failures[rank] = exc
 
@@ -134,28 +155,40 @@ def gloo_ranks(
     return threads, failures
 
 
-def test_a_gpu_10_percent_slower_is_compute_on_its_rank_and_comm_on_its_peer() -> None:
+LATE = 0.020  # seconds rank 1's device works on after its peer's device reached the step's all-reduce
+
+
+def test_a_slower_gpu_is_compute_on_its_rank_and_comm_on_its_peer() -> None:
+    """Rank 1's device ends each step's work LATE after rank 0's device reached the all-reduce: a GPU behind
+    its peer by construction (events, not timings), so rank 0 waits at least LATE in every all-reduce, whatever
+    the machine's load, and rank 1 computes at least LATE more than its kernels."""
     steps = 30
+    reached = [threading.Event() for _ in range(steps)]  # rank 0's device entered step n's all-reduce
 
     def body(rank: int, tracker: StepTracker, device: Device, all_reduce: Callable[[], Any]) -> None:
-        train(tracker, device, range(steps), all_reduce)
+        for index in tracker.steps(range(steps)):
+            device.launch(KERNELS[0][1], name=KERNELS[0][0])
+            device.launch(KERNELS[1][1], name=KERNELS[1][0])
+            if rank == 1:
+                device.launch(0.0, work=lambda n=index: (reached[n].wait(HANG), time.sleep(LATE)), name="behind")
+            entered = (lambda n=index: (reached[n].set(), all_reduce())) if rank == 0 else all_reduce
+            with tracker.phase("comm"):  # what watch() does around DDP's wait: the timeline's comm phase
+                device.launch(0.0, work=entered, name="all_reduce")
+            device.launch(KERNELS[2][1], name=KERNELS[2][0])
 
     with running_daemon() as daemon:
-        threads, failures = gloo_ranks("sim-straggler", daemon.url, {1: 1.1}, body)
+        threads, failures = gloo_ranks("sim-straggler", daemon.url, {}, body)
         for thread in threads:
-            thread.join(60)
+            thread.join(HANG)
         assert failures == {}
         views = {rank: rank_view(daemon, "sim-straggler", rank).values for rank in (0, 1)}
     assert views[0]["steps"] == views[1]["steps"] == steps
-    median = {rank: {part: views[rank][f"{part}_seconds_median"] for part in ("step", "compute", "comm", "data")}
-              for rank in (0, 1)}
     work = sum(seconds for _, seconds in KERNELS)
-    # Rank 1's device takes 2 ms longer per step: its compute, and rank 0's wait in the all-reduce.
-    assert median[0]["compute"] == pytest.approx(work, rel=0.05)
-    assert median[1]["compute"] == pytest.approx(work * 1.1, rel=0.05)
-    assert median[0]["comm"] - median[1]["comm"] == pytest.approx(work * 0.1, abs=0.001)
-    assert median[0]["step"] == pytest.approx(median[1]["step"], abs=0.001)  # synchronous: the same step time
-    assert median[0]["data"] < 0.001 and median[1]["data"] < 0.001  # the hosts were ahead all along
+    # The device's own times (markers complete when the device reaches them): rank 0 waited in each
+    # all-reduce until rank 1's device arrived, LATE after it; that shows as rank 0's comm and rank 1's compute.
+    assert views[0]["comm_seconds_median"] >= LATE
+    assert views[1]["compute_seconds_median"] >= work + LATE
+    assert views[0]["compute_seconds_median"] >= work
 
 
 def test_a_hang_while_the_hosts_are_ahead_names_the_phase_each_device_is_in() -> None:
@@ -180,13 +213,19 @@ def test_a_hang_while_the_hosts_are_ahead_names_the_phase_each_device_is_in() ->
             # Both hosts run on past step 5 until their launch queues are full, then block in a launch.
             assert wait_for(lambda: len(trackers) == 2 and all(t.timeline.step > hung_step for t in trackers.values()),
                             10)
-            time.sleep(0.5)
+
+            def where() -> dict[int, tuple[int, str]]:
+                return {rank: (tracker.position()["step"], tracker.position()["phase"])
+                        for rank, tracker in trackers.items()}
+
+            # The devices get there in their own time (a loaded machine wakes their threads late): waited for,
+            # and then they stay there, hung, however long one looks.
+            expected = {0: (hung_step, "comm"), 1: (hung_step, "compute")}  # rank 0 waits for rank 1, the hung one
+            assert wait_for(lambda: where() == expected), where()
             assert failures == {}
             hosts = {rank: tracker.timeline.step for rank, tracker in trackers.items()}
-            positions = {rank: tracker.position() for rank, tracker in trackers.items()}
-            assert (positions[0]["step"], positions[0]["phase"]) == (hung_step, "comm")  # waits for rank 1
-            assert (positions[1]["step"], positions[1]["phase"]) == (hung_step, "compute")  # the hung one
             assert all(host > hung_step for host in hosts.values())
+            assert where() == expected
 
             def reported(rank: int, phase: str) -> bool:  # what the daemon heard from the sender thread
                 position = position_of(daemon, "sim-hang", rank)
@@ -196,7 +235,7 @@ def test_a_hang_while_the_hosts_are_ahead_names_the_phase_each_device_is_in() ->
         finally:
             released.set()
             for thread in threads:
-                thread.join(60)
+                thread.join(HANG)
         assert failures == {}
         for rank in (0, 1):
             assert rank_view(daemon, "sim-hang", rank).values["steps"] == 12  # released: every step reported
