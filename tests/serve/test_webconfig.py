@@ -108,6 +108,11 @@ def test_basic_auth_checks_bcrypt_and_leaves_the_probes_open(tmp_path) -> None:
 def start_daemon(tmp_path: Path, web_config: str, **settings: Any) -> Daemon:
     daemon = Daemon.serve(tmp_path, {**NO_HARDWARE, "web.config.file": web_config, **settings})
     daemon.spawn()
+    return wait_bound(daemon)
+
+
+def wait_bound(daemon: Daemon) -> Daemon:
+    """``daemon`` once it has written its ready file (the addresses it bound); 60 s guard only a hang reaches."""
     daemon.addresses = eventually(lambda: daemon.check_running() or _bound(daemon), 60, "the daemon's ready file")
     return daemon
 
@@ -174,31 +179,39 @@ def test_a_rotated_certificate_serves_the_next_connection_without_a_restart(tmp_
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("mode", ["basic auth", "mTLS"])
-def test_prometheus_scrapes_over_https(tmp_path, pki, daemons, mode) -> None:
+def test_prometheus_scrapes_over_https_with_basic_auth_and_with_mtls(tmp_path, pki, daemons) -> None:
+    """One Prometheus, two daemons: one behind TLS and basic auth, one requiring a client certificate."""
     tls = {"cert_file": pki["cert"], "key_file": pki["key"]}
-    scrape: dict[str, Any] = {"scheme": "https", "tls_config": {"ca_file": pki["ca"]}}
-    users = None
-    if mode == "mTLS":
-        tls |= {"client_ca_file": pki["ca"], "client_auth_type": "RequireAndVerifyClientCert"}
-        scrape["tls_config"] |= {"cert_file": pki["client"], "key_file": pki["client_key"]}
-    else:
-        users = {"prometheus": HASH}
-        (tmp_path / "password").write_text(PASSWORD)
-        scrape["basic_auth"] = {"username": "prometheus", "password_file": str(tmp_path / "password")}
-    daemon = start_daemon(tmp_path, write_web_config(tmp_path / "web.yml", tls, users))
-    daemons.append(daemon)
-    prometheus = Prometheus(tmp_path / "prometheus").start({
-        "global": {"scrape_interval": "1s"},
-        "scrape_configs": [{"job_name": "fleetscope", **scrape, "static_configs": [{"targets": [daemon.address]}]}],
-    })
+    mtls = tls | {"client_ca_file": pki["ca"], "client_auth_type": "RequireAndVerifyClientCert"}
+    (tmp_path / "password").write_text(PASSWORD)
+    configs = {"basic auth": (tls, {"prometheus": HASH}), "mTLS": (mtls, None)}
+    for mode, (server_tls, users) in configs.items():
+        workdir = tmp_path / mode.replace(" ", "-")
+        workdir.mkdir()
+        daemon = Daemon.serve(workdir, {**NO_HARDWARE,
+                                        "web.config.file": write_web_config(workdir / "web.yml", server_tls, users)})
+        daemon.spawn()  # both start at once; each is waited for below
+        daemons.append(daemon)
+    basic, mutual = (wait_bound(daemon) for daemon in daemons)
+    scrapes: list[dict[str, Any]] = [
+        {"job_name": "basic auth", "scheme": "https", "tls_config": {"ca_file": pki["ca"]},
+         "basic_auth": {"username": "prometheus", "password_file": str(tmp_path / "password")},
+         "static_configs": [{"targets": [basic.address]}]},
+        {"job_name": "mTLS", "scheme": "https",
+         "tls_config": {"ca_file": pki["ca"], "cert_file": pki["client"], "key_file": pki["client_key"]},
+         "static_configs": [{"targets": [mutual.address]}]},
+    ]
+    prometheus = Prometheus(tmp_path / "prometheus").start({"global": {"scrape_interval": "1s"},
+                                                            "scrape_configs": scrapes})
     try:
-        eventually(lambda: prometheus.query('up{job="fleetscope"} == 1'), 60, "Prometheus to scrape the daemon")
+        both = eventually(lambda: {r["metric"]["job"] for r in prometheus.query("up == 1")} >= set(configs) or None,
+                          60, "Prometheus to scrape both daemons")
     finally:
         prometheus.stop()
-    if mode == "mTLS":  # without a client certificate the handshake itself is refused
-        with pytest.raises(httpx.HTTPError):
-            httpx.get(f"https://{daemon.address}/metrics", verify=ssl.create_default_context(cafile=pki["ca"]))
+    assert both
+    # Without a client certificate the mTLS daemon's handshake itself is refused.
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"https://{mutual.address}/metrics", verify=ssl.create_default_context(cafile=pki["ca"]))
 
 
 def test_the_flag_the_chart_passes_is_the_daemons() -> None:
