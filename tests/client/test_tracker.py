@@ -487,10 +487,11 @@ SPAWNED_WORKERS = textwrap.dedent(
 
 
     if __name__ == "__main__":
-        loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=1, multiprocessing_context=sys.argv[1])
-        for epoch in range(2):  # a new worker each epoch
-            for batch in tracker.steps(loader):
-                time.sleep(0.02)
+        for method in sys.argv[1:]:
+            loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=1, multiprocessing_context=method)
+            for epoch in range(2):  # a new worker each epoch
+                for batch in tracker.steps(loader):
+                    time.sleep(0.02)
         print("trained", flush=True)
         sys.stdin.readline()  # the test reads the daemon before the goodbye
         tracker.close()
@@ -499,18 +500,17 @@ SPAWNED_WORKERS = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the_rank(
-    method: str, tmp_path: Path
-) -> None:
+def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the_rank(tmp_path: Path) -> None:
+    """One training process (one torch import, one daemon) runs two epochs with spawn workers, then two with
+    forkserver workers: a new worker each epoch, each importing the script's module-level tracker again."""
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
     script.write_text(SPAWNED_WORKERS)
     with running_daemon() as daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
         env.update(TEST_PUSH_URL=daemon.url, PYTHONPATH=os.pathsep.join(sys.path))
-        proc = subprocess.Popen([sys.executable, str(script), method], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen([sys.executable, str(script), "spawn", "forkserver"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
         seen: list[tuple[int, str, int]] = []  # (pid, phase, current step) as the daemon had them, in order
         try:
             assert proc.stdout is not None and proc.stdin is not None
@@ -526,7 +526,7 @@ def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the
             assert wait_for(lambda: any(r.job == "spawned" and r.values["steps"] == 8  # the last flush arrived
                                         for r in daemon.collector.store.view().ranks))
             view = rank_view(daemon, "spawned")
-            assert view.values["steps"] == 8 and view.position is not None and view.position.phase != "ended"
+            assert view.values["steps"] == 16 and view.position is not None and view.position.phase != "ended"
         finally:
             if proc.stdin is not None:
                 proc.stdin.write("\n")
@@ -535,4 +535,4 @@ def test_dataloader_workers_started_with_spawn_or_forkserver_never_speak_for_the
     assert seen and {pid for pid, _, _ in seen} == {proc.pid}  # only the rank's own process reported
     assert "ended" not in {phase for _, phase, _ in seen}
     steps = [step for _, _, step in seen]
-    assert steps == sorted(steps) and steps[-1] >= 8  # the current step never went back to 1
+    assert steps == sorted(steps) and steps[-1] >= 16  # the current step never went back to 1
