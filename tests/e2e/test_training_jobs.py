@@ -47,7 +47,9 @@ def test_fsdp_straggler_loader_bound_rank_hang_and_dead_rank_are_each_named() ->
         launched = time.time()
         # The fewest ranks each verdict needs, all four jobs at once. A straggler and a hang need a rank to
         # compare or to wait: two, one per node (rank 1 on node-01, its local rank 0 there, on GPU 4).
-        # Rank 1 of fsdp-slow computes 50% slower, a fault large enough that its evidence is never in doubt.
+        # Rank 1 of fsdp-slow computes 50% slower, a fault large enough that its evidence is never in doubt (1.2x
+        # the two ranks' median; under three ranks the rule's threshold is its floor, 1.01x: the spread-based
+        # threshold over more ranks is tests/alerts/test_sensitivity.py's).
         jobs.launch("fsdp-slow", 2, 1, free_port(), "--model", "fsdp2", "--steps", "100000", "--slow-rank", "1",
                     "--slowdown", "0.5", "--device-ms", DEVICE_MS)
         # One input-bound rank of three, so that the job's median rank is not (two ranks' median would be their
