@@ -87,11 +87,26 @@ def clean_environ(**extra: str) -> dict[str, str]:
 
 
 def _run(command: Sequence[str | Path], timeout: float = 600) -> str:
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout,
-                            check=False, env=clean_environ())
-    assert result.returncode == 0, f"{' '.join(map(str, command))} exited {result.returncode}:\n" \
-                                   f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return str(result.stdout)
+    return _finish(_start(command), timeout)
+
+
+def _start(command: Sequence[str | Path]) -> subprocess.Popen[str]:
+    """``command`` started with its output captured, for :func:`_finish`: independent steps run side by side."""
+    return subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_environ())
+
+
+def _finish(process: subprocess.Popen[str], timeout: float = 600) -> str:
+    """The stdout of a command from :func:`_start`, which must exit 0 within ``timeout`` seconds."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    assert process.returncode == 0, f"{process.args!r} exited {process.returncode}:\n" \
+                                    f"{stdout[-3000:]}\n{stderr[-3000:]}"
+    return stdout
 
 
 def _imports(bin_dir: Path, package: str) -> dict[str, str | None]:
@@ -112,18 +127,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     dist = base / "dist"
     seconds: dict[str, float] = {}
     started = time.monotonic()
-    _run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
-    # sdist first, the wheel from it (as for the product): no build/ left in the checkout's sim/
-    _run([sys.executable, "-m", "build", "--outdir", base / "sim-dist", ROOT / "sim"])
+    # The two distributions build side by side (each mostly waits on its isolated build environment), the
+    # simulator's as the product's: sdist first, the wheel from it (no build/ left in the checkout's sim/).
+    building = [_start([sys.executable, "-m", "build", "--outdir", out, source])
+                for out, source in ((dist, ROOT), (base / "sim-dist", ROOT / "sim"))]
+    for process in building:
+        _finish(process)
     seconds["build"] = time.monotonic() - started
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
     (sim_wheel,) = sorted((base / "sim-dist").glob("*.whl"))
-    twine = _run([sys.executable, "-m", "twine", "check", "--strict", wheels[0], sdists[0]])
     started = time.monotonic()
     venv = base / "venv"
     bin_dir = venv / "bin"
+    checking = _start([sys.executable, "-m", "twine", "check", "--strict", wheels[0], sdists[0]])
     _run([sys.executable, "-m", "venv", venv])
+    twine = _finish(checking)
     _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
     seconds["venv"] = time.monotonic() - started
     product_imports = _imports(bin_dir, "fleetscope")
