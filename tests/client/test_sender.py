@@ -12,8 +12,9 @@ from tests.conftest import free_port
 from tests.push.live import running_daemon
 
 
-def wait_for(condition, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
-    return bool(eventually(condition, max(timeout, 30.0), interval=0.02))
+def wait_for(condition, timeout: float = 240.0) -> bool:  # type: ignore[no-untyped-def]
+    """A hang guard: returns once ``condition`` holds, within at least 240 s however small ``timeout`` is."""
+    return bool(eventually(condition, max(timeout, 240.0), interval=0.02))
 
 
 def test_buffer_drops_oldest_and_counts() -> None:

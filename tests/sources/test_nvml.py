@@ -202,7 +202,7 @@ def test_event_watcher_delivers_xids_and_survives_a_lost_gpu(scenario) -> None:
     source = NvmlSource(on_xid=on_xid)
     source.read()
     with arrived:
-        assert arrived.wait_for(lambda: len(seen) >= 4, timeout=10)
+        assert arrived.wait_for(lambda: len(seen) >= 4, timeout=240)  # a hang guard
     assert sorted((s.pci.bus, s.xid) for s in seen) == [(0x53, 13), (0x53, 13), (0x75, 48), (0xA8, 79)]
     assert {s.source for s in seen} == {"nvml"}
     fake.lose(3)
@@ -212,6 +212,6 @@ def test_event_watcher_delivers_xids_and_survives_a_lost_gpu(scenario) -> None:
         fake.inject_xid(5, 119)
         if not arrived.wait_for(lambda: len(seen) >= 5, timeout=2):
             fake.inject_xid(5, 119)  # sent while the set was being re-created: send again
-            assert arrived.wait_for(lambda: len(seen) >= 5, timeout=10)
+            assert arrived.wait_for(lambda: len(seen) >= 5, timeout=240)
     assert (seen[4].pci.bus, seen[4].xid) == (0xA8, 119)
     source.close()
