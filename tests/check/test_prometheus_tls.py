@@ -59,8 +59,10 @@ def tls_prometheus(tmp_path) -> Iterator[dict[str, Any]]:
 
 
 def ask(server: dict[str, Any], **settings: str) -> list[tuple[str, str]]:
-    config = load({"check.prometheus-url": server["url"], "check.instance": "n1", **settings}, environ={})
-    return [(f.severity, f.message) for f in cross_node_findings(config.check, time.monotonic() + 10)]
+    # check.prometheus-timeout as a hang guard (its 2 s default would judge a TLS handshake on a loaded machine)
+    config = load({"check.prometheus-url": server["url"], "check.instance": "n1", "check.prometheus-timeout": "240",
+                   **settings}, environ={})
+    return [(f.severity, f.message) for f in cross_node_findings(config.check, time.monotonic() + 240)]
 
 
 def test_a_ca_file_a_bearer_token_file_and_basic_auth(tls_prometheus) -> None:
