@@ -60,11 +60,13 @@ def healthy_cluster() -> ClusterSpec:
 
 def rules_file(directory: str, name: str = RULES_FILE) -> str:
     """The generated rule file ``name`` (what ``fleetscope rules --write`` commits), written into ``directory``."""
-    from fleetscope.rules.render import expected_outputs
+    from fleetscope.rules.render import OUTPUTS, render
+    from fleetscope.rules.settings import PRESETS
 
+    preset, fmt, build = OUTPUTS[name]
     path = os.path.join(directory, name)
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(expected_outputs()[name])
+        handle.write(render(PRESETS[preset], fmt, preset, build))
     return path
 
 

@@ -108,11 +108,18 @@ def rdma_pci_name(pci_address: str) -> str:
 class FileTree:
     """Files below one root, written atomically, each rewritten only when its content changes."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, atomic: bool = True) -> None:
         self.root = root
+        # Each file is replaced whole by a rename, as a reader in another process must never see half of it. A
+        # tree read only between writes (the virtual run reads in the writer's own thread) may rewrite in place.
+        self.atomic = atomic
         self._written: dict[str, str] = {}  # relative path -> content last written
         self._links: dict[str, str] = {}  # relative path -> link text last written
+        self._link_targets: dict[str, str] = {}  # relative path -> the target it was asked to link to
         self._dirs: set[str] = set()  # absolute directories made (a tree rewritten every tick asks again and again)
+        # What a group of attribute files was last written from (a device's IDs and settings): the same again
+        # rewrites nothing, so the group is skipped without looking at each file. Forgotten by any remove().
+        self._attributes: dict[str, tuple[object, ...]] = {}
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -132,6 +139,11 @@ class FileTree:
         path = self.path(relative)
         directory = os.path.dirname(path)
         self._makedirs(directory)
+        if not self.atomic:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            self._written[relative] = text
+            return
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
             handle = open(temporary, "w", encoding="utf-8")  # noqa: SIM115 - closed below
@@ -162,9 +174,12 @@ class FileTree:
     def link(self, relative: str, target: str) -> None:
         """A relative symlink at ``relative`` to ``target`` (both below the root), as the kernel writes them:
         up to the target's parent, then down by its name (``device -> ../../../0000:10:1b.0``)."""
+        if self._link_targets.get(relative) == target and relative in self._links:
+            return
         path = self.path(relative)
         parent = os.path.relpath(self.path(os.path.dirname(target)), os.path.dirname(path))
         text = os.path.normpath(os.path.join(parent, os.path.basename(target)))
+        self._link_targets[relative] = target
         if self._links.get(relative) == text:
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -183,7 +198,8 @@ class FileTree:
         elif os.path.isdir(path):
             shutil.rmtree(path)
         below = relative.rstrip(os.sep) + os.sep
-        for cache in (self._written, self._links):
+        self._attributes.clear()
+        for cache in (self._written, self._links, self._link_targets):
             for key in [k for k in cache if k == relative or k.startswith(below)]:
                 del cache[key]
         gone = path.rstrip(os.sep)
@@ -217,7 +233,7 @@ class SysfsTree(FileTree):
         if driver:
             drivers = os.path.join("bus", "pci", "drivers", driver)
             for attr in ("bind", "unbind"):
-                if not os.path.exists(self.path(drivers, attr)):
+                if os.path.join(drivers, attr) not in self._written and not os.path.exists(self.path(drivers, attr)):
                     self.write(os.path.join(drivers, attr), "")
             self.link(os.path.join(function, "driver"), drivers)
         self.link(os.path.join("bus", "pci", "devices", address), function)
@@ -251,23 +267,28 @@ class SysfsTree(FileTree):
         ``None`` leaves that directory out (as in a non-init network namespace). ``extra_port_dirs`` adds
         other per-port directories (a PMA ``counters/``). ``lifespan`` is the driver's cache setting file.
         """
-        function = self.pci_function(
-            pci_address, vendor=vendor, device_id=device_id, driver=driver, numa_node=numa_node,
-            local_cpulist=local_cpulist,
-        )
-        device = os.path.join(function, "infiniband", name)
-        self.link(os.path.join(device, "device"), function)
-        self.link(os.path.join("class", "infiniband", name), device)
-        guid = node_guid or _guid_from_pci(pci_address)
-        attrs = {"node_guid": guid, "sys_image_guid": guid, "node_type": "1: CA", "node_desc": f"{name} node",
-                 "fw_ver": fw_ver}
-        for attr, value in attrs.items():
-            self.write(os.path.join(device, attr), value)
+        domain, bus, _ = pci_address.split(":")
+        device = os.path.join("devices", f"pci{domain}:{bus}", pci_address, "infiniband", name)
         port_dir = os.path.join(device, "ports", str(port))
-        port_attrs = {"state": state, "phys_state": phys_state, "rate": rate, "link_layer": link_layer,
-                      "lid": "0x0", "sm_lid": "0x0", "cap_mask": "0x00010000"}
-        for attr, value in port_attrs.items():
-            self.write(os.path.join(port_dir, attr), value)
+        attributes = (pci_address, vendor, device_id, driver, numa_node, local_cpulist, node_guid, fw_ver, rate,
+                      state, phys_state, link_layer, port)
+        if self._attributes.get(device) != attributes:  # the same as last time: every file is as it was written
+            function = self.pci_function(
+                pci_address, vendor=vendor, device_id=device_id, driver=driver, numa_node=numa_node,
+                local_cpulist=local_cpulist,
+            )
+            self.link(os.path.join(device, "device"), function)
+            self.link(os.path.join("class", "infiniband", name), device)
+            guid = node_guid or _guid_from_pci(pci_address)
+            attrs = {"node_guid": guid, "sys_image_guid": guid, "node_type": "1: CA", "node_desc": f"{name} node",
+                     "fw_ver": fw_ver}
+            for attr, value in attrs.items():
+                self.write(os.path.join(device, attr), value)
+            port_attrs = {"state": state, "phys_state": phys_state, "rate": rate, "link_layer": link_layer,
+                          "lid": "0x0", "sm_lid": "0x0", "cap_mask": "0x00010000"}
+            for attr, value in port_attrs.items():
+                self.write(os.path.join(port_dir, attr), value)
+            self._attributes[device] = attributes
         if port_counters is not None:
             self._counters(os.path.join(port_dir, "hw_counters"), port_counters, lifespan)
         if device_counters is not None:
@@ -285,7 +306,7 @@ class SysfsTree(FileTree):
     def _counters(self, directory: str, counters: Mapping[str, CounterValue], lifespan: int | None) -> None:
         self.mkdir(directory)
         for name, value in counters.items():
-            self.write(os.path.join(directory, name), value)
+            self.write(f"{directory}{os.sep}{name}", value)
         if lifespan is not None:
             self.write(os.path.join(directory, "lifespan"), lifespan)
 
