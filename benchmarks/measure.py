@@ -59,7 +59,7 @@ class Settings:
 
     @classmethod
     def quick(cls, workdir: str) -> Settings:
-        return cls(workdir, sustained_seconds=3.0, scrape_interval=1.0, cycle_interval=0.5, push_seconds=0.5,
+        return cls(workdir, sustained_seconds=2.0, scrape_interval=1.0, cycle_interval=0.5, push_seconds=0.5,
                    client_calls=500, client_bursts=3, burst_requests=1)
 
 

@@ -56,9 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="Tiny durations: checks the suite, not the figures.")
     parser.add_argument("--duration", type=float, default=None,
-                        help="Seconds of the sustained CPU/RSS run (default 60; --quick: 3).")
+                        help="Seconds of the sustained CPU/RSS run (default 60; --quick: 2).")
     parser.add_argument("--scrape-seconds", type=float, default=None,
-                        help="Seconds of each side-by-side run (default 120; --quick: 3).")
+                        help="Seconds of each side-by-side run (default 120; --quick: 2).")
     parser.add_argument("--repeat", type=int, default=None, help="Side-by-side runs (default 3; --quick: 1).")
     parser.add_argument("--parts", default=",".join(name for name, _, _ in PARTS),
                         help="Comma-separated parts to run: " + ", ".join(name for name, _, _ in PARTS) + ".")

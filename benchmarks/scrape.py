@@ -67,7 +67,7 @@ class ScrapeSettings:
 
     @classmethod
     def quick(cls, workdir: str, node_exporter: str | None) -> ScrapeSettings:
-        return cls(workdir, interval=0.5, seconds=3.0, repeats=1, prometheus_seconds=4.0, idle_seconds=2.0,
+        return cls(workdir, interval=0.5, seconds=2.0, repeats=1, prometheus_seconds=3.0, idle_seconds=1.0,
                    pause_after=1.0, requests=20, calls=3, node_exporter=node_exporter)
 
 
