@@ -25,9 +25,9 @@ from .rulefiles import (
 
 PROMTOOL = shutil.which("promtool")
 # Skipped where promtool is missing, except in CI, where its absence is a broken install.
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     PROMTOOL is None and not os.environ.get("CI"), reason="promtool not installed (apt-get install prometheus)"
-)
+)]
 UNIT_TEST_FILES = sorted(TESTS_DIR.glob("*.test.yml"))
 
 

@@ -34,6 +34,9 @@ SECTIONS = (
 )
 
 
+pytestmark = pytest.mark.slow  # the fixture runs the quick benchmark: a minute or more
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> str:
     require_binary("prometheus-node-exporter")

@@ -32,7 +32,7 @@ from fleetscope import __version__
 from tests.conftest import free_port, require_binary
 from tests.deploy.manifests import KUSTOMIZE_DIR, REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.late, pytest.mark.timeout(1800)]
 
 IMAGE = f"localhost/fleetscope:{__version__}"
 FIXTURE = REPO / "tests" / "fixtures" / "p5"

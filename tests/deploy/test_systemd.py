@@ -104,6 +104,7 @@ def test_tmpfiles_makes_the_nccl_inspector_dir_writable_for_jobs() -> None:
     assert ["d", load(environ={}).nccl.dir, "1777", "root", "root", "7d"] in lines
 
 
+@pytest.mark.slow
 def test_install_script_lays_out_a_working_tree(tmp_path: Path) -> None:
     root = tmp_path / "root"
     # The venv install.sh installs into, made here so it needs no downloads: it sees this interpreter's

@@ -29,6 +29,7 @@ pytestmark = [
     # One run of both clusters, most of it writing and reading the 16 nodes' kernel trees: the limit guards a
     # hang, not a time; on a machine shared by other work its wall time is several times its CPU time.
     pytest.mark.timeout(1800),
+    pytest.mark.slow,
 ]
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "detection-report.md"
 
