@@ -18,7 +18,10 @@ STEPS = 30
 @pytest.mark.slow
 def test_two_rank_gloo_training_shows_per_rank_series() -> None:
     with running_daemon() as daemon:
-        torchrun(Path(__file__).with_name("gloo_worker.py"), daemon, "gloo-ddp", GLOO_TEST_STEPS=str(STEPS))
+        # torchrun itself here (its elastic agent starts the ranks); the other multi-process tests start them
+        # with the environment it gives them
+        torchrun(Path(__file__).with_name("gloo_worker.py"), daemon, "gloo-ddp", elastic_agent=True,
+                 GLOO_TEST_STEPS=str(STEPS))
 
         def value(name: str, rank: int, **labels: str) -> float | None:
             return daemon.value(name, training_job="gloo-ddp", rank=str(rank), local_rank=str(rank), **labels)
