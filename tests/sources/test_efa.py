@@ -196,10 +196,10 @@ class VanishingRoot(Root):
 
     victim: str = ""
 
-    def read_attr(self, *parts: str) -> str:
+    def read_attrs(self, *parts: str) -> dict[str, bytes | None] | None:
         if self.victim in parts and "hw_counters" in parts:
             unplug(self.path("class", "infiniband", self.victim))
-        return super().read_attr(*parts)
+        return super().read_attrs(*parts)
 
 
 def test_device_vanishing_mid_read_is_left_out(tmp_path: object) -> None:

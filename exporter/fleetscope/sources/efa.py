@@ -118,22 +118,32 @@ def parse_hex_id(text: str) -> int:
 # -- reading ----------------------------------------------------------------------------------------
 
 
+def _counter(data: bytes | None) -> int | None:
+    """:func:`parse_counter` on a file's raw bytes (no decoding); None for anything it would refuse."""
+    if data is None:
+        return None
+    data = data.strip()
+    if not data.isdigit():  # bytes.isdigit is ASCII only, as the decoded text's was
+        return None
+    value = int(data)
+    return value if value <= MAX_COUNTER else None
+
+
 def _read_counters(sysfs: Root, *parts: str) -> CounterSet:
-    names = sysfs.listdir(*parts)
-    if not names and not sysfs.exists(*parts):
+    contents = sysfs.read_attrs(*parts)
+    if contents is None:
         return CounterSet(present=False)
     values: dict[str, int] = {}
     unreadable: list[str] = []
     lifespan: int | None = None
-    for name in names:
-        try:
-            value = parse_counter(sysfs.read_attr(*parts, name))
-        except (Unreadable, ValueError) as exc:
-            logger.debug("skipping %s: %s", "/".join((*parts, name)), exc)
+    for name, data in contents.items():
+        value = _counter(data)
+        if value is None:
+            logger.debug("skipping %s: %s", "/".join((*parts, name)),
+                         "unreadable" if data is None else f"not a counter value: {data[:40]!r}")
             if name != LIFESPAN:  # a setting, not one of the counters
                 unreadable.append(name)
-            continue
-        if name == LIFESPAN:
+        elif name == LIFESPAN:
             lifespan = value
         else:
             values[name] = value

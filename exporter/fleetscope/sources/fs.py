@@ -63,6 +63,45 @@ class Root:
         except UnicodeDecodeError:
             raise Unreadable(f"{path}: not text") from None
 
+    def read_attrs(self, *parts: str) -> dict[str, bytes | None] | None:
+        """Every file of one sysfs directory, each read raw with one bounded ``read()``, by sorted name.
+
+        None when the directory is absent; a file that cannot be opened or read (the driver refused it,
+        a FIFO, no permission) maps to None. The directory is opened once and each file relative to it,
+        so a directory of a thousand counters costs no path walks. A directory that is there but cannot
+        be listed raises :class:`Unreadable`, as :meth:`listdir` does.
+        """
+        path = self.path(*parts)
+        try:
+            directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return {} if os.path.exists(path) else None  # listdir's view: a file there lists as empty
+        except OSError as exc:
+            raise Unreadable(f"{path}: {exc.strerror or exc}") from None
+        try:
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError as exc:
+                raise Unreadable(f"{path}: {exc.strerror or exc}") from None
+            contents: dict[str, bytes | None] = {}
+            for name in names:
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=directory)
+                except OSError:
+                    contents[name] = None
+                    continue
+                try:
+                    contents[name] = os.read(fd, SYSFS_READ_LIMIT)
+                except OSError:
+                    contents[name] = None  # EINVAL / EOPNOTSUPP / EAGAIN / EIO
+                finally:
+                    os.close(fd)
+            return contents
+        finally:
+            os.close(directory)
+
     def read_int(self, *parts: str, base: int = 10) -> int:
         text = self.read_attr(*parts)
         try:
