@@ -8,8 +8,8 @@ rank 2, cause unknown: a CPU job has no GPU, input or network evidence) within 1
 step; no other rank of a slowed job and no other alert firing; nothing about any job 5 minutes after its end.
 
 TrainingJobHang is left out of the healthy jobs' check, as measured: in the second recording a rank of a healthy
-job (recorded at the lowest CPU priority on 2 cores under a load of 13) got no CPU for over 15 s while its peers waited in the
-all-reduce, twice, and the hang rule named it, as it names any rank its peers wait for that long.
+job (recorded at the lowest CPU priority on 2 cores under a load of 13) got no CPU for over 15 s while its peers
+waited in the all-reduce, twice, and the hang rule named it, as it names any rank its peers wait for that long.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ by a real Prometheus evaluating the production rule file, and keeps what Prometh
 series. Two healthy jobs run the whole time; beside them, one after the other, jobs whose rank 2 has a
 1%, 2%, 3%, 5% and 10% longer accelerator share (a throttled GPU: only the wait stretches, not the host work).
 Each job has 4 ranks, 2 on each node. The whole recording is meant to be cheap (about 0.3 of a core, at the
-lowest CPU priority, which the recording did not set itself): the noise in it is the noise of the busy shared machine it ran on (other processes, GC, the loader).
+lowest CPU priority, which the recording did not set itself): the noise in it is the noise of the busy shared
+machine it ran on (other processes, GC, the loader).
 The recording is rewritten every ``--save-every`` seconds, so a cut-short run still leaves its data.
 
 ``tests/alerts/straggler_replay.py`` turns a recording into promtool tests on the production rules.
