@@ -11,9 +11,11 @@ the distribution's own (PEP 668 protected) Python when the machine has one.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -27,6 +29,7 @@ import pytest
 
 from fleetscope import __version__
 from fleetscope.dashboards import DASHBOARD_MODULES
+from fleetscope_sim.schedules import SMOKE_SCHEDULE
 from tests.conftest import require_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -129,7 +132,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     started = time.monotonic()
     # The two distributions build side by side (each mostly waits on its isolated build environment), the
     # simulator's as the product's: sdist first, the wheel from it (no build/ left in the checkout's sim/).
-    building = [_start([sys.executable, "-m", "build", "--outdir", out, source])
+    # The isolated build environments are made with uv where it is installed (scripts/test installs it): the
+    # same wheel and sdist, byte for byte, for about 4 s less CPU per distribution than pip's.
+    installer = "uv" if importlib.util.find_spec("uv") or shutil.which("uv") else "pip"
+    building = [_start([sys.executable, "-m", "build", "--installer", installer, "--outdir", out, source])
                 for out, source in ((dist, ROOT), (base / "sim-dist", ROOT / "sim"))]
     for process in building:
         _finish(process)
@@ -143,12 +149,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     checking = _start([sys.executable, "-m", "twine", "check", "--strict", wheels[0], sdists[0]])
     _run([sys.executable, "-m", "venv", venv])
     twine = _finish(checking)
-    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
+    # --no-compile: no bytecode for every dependency up front (what is imported compiles as it loads)
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", wheels[0]])
     seconds["venv"] = time.monotonic() - started
     product_imports = _imports(bin_dir, "fleetscope")
     demo_without_sim = subprocess.run([str(bin_dir / "fleetscope"), "demo", "--nodes", "1"], capture_output=True,
                                       text=True, timeout=120, check=False, env=clean_environ(), cwd=bin_dir)
-    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", sim_wheel])
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", sim_wheel])
     return Installed(bin_dir, wheels[0], sdists[0], sim_wheel, twine, seconds, product_imports, demo_without_sim,
                      _imports(bin_dir, "fleetscope_sim"))
 
@@ -262,10 +269,15 @@ def test_every_simulator_module_imports_on_its_dependencies(installed: Installed
     assert {name: error for name, error in outcome.items() if error} == {}
 
 
-def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed) -> None:
+def test_demo_runs_until_its_scheduled_alert_fires(installed: Installed, tmp_path: Path) -> None:
+    """The built-in smoke schedule's Xid 48 (t+15 s), from a schedule file at t+1 s: the same fault and alert,
+    sooner (the alert's rule fires on a counter's new series as on its increase)."""
     require_binary("prometheus")
+    smoke = tmp_path / "smoke.yaml"
+    (fault,) = SMOKE_SCHEDULE["faults"]
+    smoke.write_text(json.dumps({"faults": [{**fault, "at": "1s"}]}))  # JSON is YAML
     started = time.monotonic()
-    demo = installed.run("fleetscope", "demo", "--nodes", "1", "--jobs", "1", "--faults", "smoke", "--check",
+    demo = installed.run("fleetscope", "demo", "--nodes", "1", "--jobs", "1", "--faults", str(smoke), "--check",
                          "--no-alertmanager", "--no-grafana", "--base-port", "0",
                          "--prometheus-port", "0", timeout=300, cwd=installed.bin)
     installed.seconds["demo"] = time.monotonic() - started
@@ -282,7 +294,8 @@ def test_readme_demo_script_sets_up_on_the_distributions_python(tmp_path: Path) 
     debian = Path("/usr/bin/python3")
     protected = debian.exists() and any(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED"))
     python = str(debian) if protected else sys.executable
-    env = clean_environ(PYTHON=python, VENV=str(tmp_path / "venv"))
+    # PIP_COMPILE=0 (pip's --no-compile): no bytecode for every dependency up front; the script is unchanged
+    env = clean_environ(PYTHON=python, VENV=str(tmp_path / "venv"), PIP_COMPILE="0")
     result = subprocess.run(["bash", str(ROOT / "scripts" / "demo"), "--help"], capture_output=True, text=True,
                             timeout=600, check=False, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
