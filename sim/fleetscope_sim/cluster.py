@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from fleetscope_sim.faults import Fault
 from fleetscope_sim.harness import READY_TIMEOUT, Daemon
@@ -232,6 +232,9 @@ class SimCluster:
     workdir: str
     pusher: Pusher | None = None  # made at the first push: each rank's tracker, to its node's daemon
     wall: Callable[[], float] = time.time  # the nodes' clock when they are built (their boot time is read off it)
+    # Every tree file replaced by a rename, for daemons reading in other processes; a cluster whose trees are read
+    # only between ticks, in its own thread, writes them in place (see kernel_tree.FileTree.atomic).
+    atomic_trees: ClassVar[bool] = True
     nodes: dict[str, SimNode] = field(default_factory=dict)
     jobs: list[JobModel] = field(default_factory=list)
     collectives: list[StepCollectives] = field(default_factory=list)  # per job: its ranks' NCCL Inspector output
@@ -254,7 +257,8 @@ class SimCluster:
         self.spec.validate()
         for i, node_spec in enumerate(self.spec.nodes):
             model = NodeModel(node_spec.name, i, node_spec.profile, seed=self.spec.seed * 1000 + i)
-            writer = TreeWriter(model, NodePaths(os.path.join(self.workdir, node_spec.name)), now=self.wall())
+            writer = TreeWriter(model, NodePaths(os.path.join(self.workdir, node_spec.name)), now=self.wall(),
+                                atomic=self.atomic_trees)
             writer.setup()
             self.nodes[node_spec.name] = SimNode(node_spec, model, writer)
         self.jobs = [JobModel(spec, seed=self.spec.seed * 7919 + j) for j, spec in enumerate(self.spec.jobs)]

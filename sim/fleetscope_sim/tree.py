@@ -87,13 +87,15 @@ class NodePaths:
 class TreeWriter:
     """Renders one :class:`NodeModel` into its :class:`NodePaths`."""
 
-    def __init__(self, model: NodeModel, paths: NodePaths, now: float | None = None) -> None:
-        """``now``: the node's Unix time as it is built (default: the system clock's), which dates its boot."""
+    def __init__(self, model: NodeModel, paths: NodePaths, now: float | None = None, atomic: bool = True) -> None:
+        """``now``: the node's Unix time as it is built (default: the system clock's), which dates its boot;
+        ``atomic``: each file replaced by a rename (False: rewritten in place, for a tree read only between
+        updates, in the writer's own thread)."""
         self.model = model
         self.paths = paths
-        self.sysfs = SysfsTree(paths.sysfs)
-        self.procfs = ProcfsTree(paths.procfs)
-        self.files = FileTree(paths.root)  # the simulator's own state files
+        self.sysfs = SysfsTree(paths.sysfs, atomic)
+        self.procfs = ProcfsTree(paths.procfs, atomic)
+        self.files = FileTree(paths.root, atomic)  # the simulator's own state files
         self._removed: set[str] = set()
         self._kmsg_seq = 1000
         self._boot_wall = (time.time() if now is None else now) - model.uptime

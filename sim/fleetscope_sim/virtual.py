@@ -388,6 +388,8 @@ def group_order(rule_files: Sequence[str]) -> list[str]:
 class VirtualCluster(SimCluster):
     """A :class:`SimCluster` whose nodes are observed in process (see the module's docstring)."""
 
+    atomic_trees = False  # read only between ticks, in this thread: every tree file written in place from the start
+
     def __init__(self, spec: ClusterSpec, workdir: str, epoch: float | None = None,
                  keep: Callable[[str], bool] = lambda name: True) -> None:
         self.clock = VirtualClock(float(int(time.time())) if epoch is None else epoch)
@@ -414,9 +416,6 @@ class VirtualCluster(SimCluster):
 
     def build(self) -> None:
         super().build()
-        for node in self.nodes.values():  # read only between ticks, in this thread: rewritten in place from now on
-            for tree in (node.writer.sysfs, node.writer.procfs, node.writer.files):
-                tree.atomic = False
         settings = dict(self.spec.daemon_settings)
         self.virtual = {name: VirtualNode(node, self.clock, self.spec.collector_interval, settings)
                         for name, node in self.nodes.items()}
