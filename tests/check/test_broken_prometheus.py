@@ -80,9 +80,12 @@ def raw_server() -> Iterator[Callable[[Behaviour], str]]:
 
 
 def answer(body: bytes, *, headers: int = 1) -> bytes:
+    """One response, saying the server closes after it: without ``Connection: close`` check's client may send its
+    next query on this connection, and the close that follows, with that query unread, resets it (ReadError),
+    the more often the busier the machine."""
     extra = b"".join(b"X-Filler-%d: x\r\n" % i for i in range(headers - 1))
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b"
-            % (len(body), extra, body))
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n"
+            b"%b\r\n%b" % (len(body), extra, body))
 
 
 def vector(*samples: tuple[dict[str, str], str]) -> bytes:
