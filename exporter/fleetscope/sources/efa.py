@@ -122,11 +122,10 @@ def _counter(data: bytes | None) -> int | None:
     """:func:`parse_counter` on a file's raw bytes (no decoding); None for anything it would refuse."""
     if data is None:
         return None
-    data = data.strip()
-    if not data.isdigit():  # bytes.isdigit is ASCII only, as the decoded text's was
+    try:
+        return parse_counter(data.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
         return None
-    value = int(data)
-    return value if value <= MAX_COUNTER else None
 
 
 def _read_counters(sysfs: Root, *parts: str) -> CounterSet:
