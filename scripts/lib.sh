@@ -50,6 +50,11 @@ make_venv() {
         "$PYTHON" -m venv "$VENV"
     fi
     VENV="$(cd "$VENV" && pwd)"
+    # Bytecode is compiled when a module is first imported, not at install (see venv_install), and must be
+    # kept: with PYTHONDONTWRITEBYTECODE set (some machines' images set it), every process the tests or the
+    # demo start (daemons, ranks, simulators) compiled torch, FastAPI and the rest again, a fresh clone's
+    # test run a third slower.
+    unset PYTHONDONTWRITEBYTECODE
     export PATH="$VENV/bin:$PATH"
     export VIRTUAL_ENV="$VENV"
 }
