@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -60,6 +61,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def requires_modules(*alternatives: str) -> pytest.MarkDecorator:
+    """Skip unless each argument names an installed top-level module ("a|b": either), found without importing
+    it; in CI a missing one is not skipped, and its test fails on the import. Test modules that imported torch,
+    Lightning and transformers at collection cost every pytest process of the suite (each collects every
+    module) about 10 s of CPU; such a module marks itself with this and imports inside its tests."""
+    missing = [names for names in alternatives
+               if all(importlib.util.find_spec(name) is None for name in names.split("|"))]
+    return pytest.mark.skipif(bool(missing) and not os.environ.get("CI"), reason=f"not installed: {', '.join(missing)}")
 
 
 def require_binary(name: str) -> str:

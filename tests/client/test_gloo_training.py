@@ -6,17 +6,19 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-
-from tests.client.gloo_worker import SLOW_SECONDS
 from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun
+from tests.conftest import requires_modules
 from tests.push.live import running_daemon
+
+pytestmark = requires_modules("torch")  # imported by the ranks, not at collection
 
 STEPS = 30
 
 
 @pytest.mark.slow
 def test_two_rank_gloo_training_shows_per_rank_series() -> None:
+    from tests.client.gloo_worker import SLOW_SECONDS
+
     with running_daemon() as daemon:
         # torchrun itself here (its elastic agent starts the ranks); the other multi-process tests start them
         # with the environment it gives them

@@ -6,18 +6,20 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+from fleetscope.client import StepTracker
+from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun
+from tests.conftest import requires_modules
+from tests.push.live import running_daemon
 
-from fleetscope.client import StepTracker  # noqa: E402
-from fleetscope.client.hf import FleetscopeCallback  # noqa: E402
-from tests.client.hf_worker import SLOW_SECONDS, Points, TinyRegression  # noqa: E402
-from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun  # noqa: E402
-from tests.push.live import running_daemon  # noqa: E402
+pytestmark = requires_modules("torch", "transformers", "accelerate")  # imported by the tests that use them
 
 
 def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
+    import transformers
+
+    from fleetscope.client.hf import FleetscopeCallback
+    from tests.client.hf_worker import Points, TinyRegression
+
     with running_daemon() as daemon:
         args = transformers.TrainingArguments(
             output_dir=str(tmp_path),
@@ -53,6 +55,8 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_ddp_ranks_report_the_slow_peers_wait_as_comm(tmp_path: Path) -> None:
     """Two processes under torchrun (gloo): the Trainer wraps the model in DDP out of the callback's reach."""
+    from tests.client.hf_worker import SLOW_SECONDS
+
     with running_daemon() as daemon:
         torchrun(Path(__file__).with_name("hf_worker.py"), daemon, "hf-ddp", str(tmp_path), HF_TEST_STEPS="20")
         assert_rank_1_is_the_slow_one(daemon, 20, SLOW_SECONDS)

@@ -6,19 +6,24 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-try:
-    import lightning.pytorch as pl
-except ImportError:
-    pl = pytest.importorskip("pytorch_lightning")
+from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun
+from tests.conftest import requires_modules
+from tests.push.live import running_daemon
 
-from fleetscope.client.lightning import FleetscopeCallback  # noqa: E402
-from tests.client.lightning_worker import SLOW_SECONDS, TinyModule  # noqa: E402
-from tests.client.torchrun import assert_rank_1_is_the_slow_one, torchrun  # noqa: E402
-from tests.push.live import running_daemon  # noqa: E402
+pytestmark = requires_modules("torch", "lightning|pytorch_lightning")  # imported by the tests that use them
 
 
 def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
+    import torch
+
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        import pytorch_lightning as pl
+
+    from fleetscope.client.lightning import FleetscopeCallback
+    from tests.client.lightning_worker import TinyModule
+
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(dim=1)), batch_size=4)
     with running_daemon() as daemon:
@@ -51,6 +56,8 @@ def test_trainer_reports_every_optimizer_step(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_ddp_ranks_report_the_slow_peers_wait_as_comm() -> None:
     """Two processes under torchrun (gloo), Lightning's DDP strategy: the callback watches strategy.model."""
+    from tests.client.lightning_worker import SLOW_SECONDS
+
     with running_daemon() as daemon:
         torchrun(Path(__file__).with_name("lightning_worker.py"), daemon, "pl-ddp", PL_TEST_STEPS="20")
         assert_rank_1_is_the_slow_one(daemon, 20, SLOW_SECONDS)
