@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,12 +17,32 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 collect_ignore = ["fixtures"]
 
 
+# How a module marks a test live, as its text says it: the live tier (`-m live`) reads no other module.
+LIVE_MARK = "pytest.mark.live"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m live`` alone (scripts/test's live tier), a test module whose text never says
+    ``pytest.mark.live`` is not imported: each of that tier's workers would otherwise import the whole suite
+    for its few modules. The gate checks that every live test's module says it (below)."""
+    if config.getoption("markexpr") != "live" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_") or not collection_path.is_file():
+        return None
+    return True if LIVE_MARK not in collection_path.read_text(encoding="utf-8") else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is seen
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with a ``slow`` test first and modules marked ``late`` last, in collection order otherwise.
 
     The gate's workers each take a whole module at a time (--dist loadfile), in this order: a gate that reached
     its longest module last would end on one worker while the other idles; a module that waits on the image
     build scripts/test starts in the background is best reached once that build had the most time."""
+    unread = sorted({str(item.path) for item in items if item.get_closest_marker("live")
+                     and LIVE_MARK not in item.path.read_text(encoding="utf-8")})
+    if unread:  # the live tier would not read these modules, and the gate leaves their live tests out
+        raise pytest.UsageError(f"live tests in modules that do not say {LIVE_MARK}: {', '.join(unread)}")
     rank = {}
     for item in items:
         module = rank.setdefault(item.path, 1)
