@@ -26,7 +26,7 @@ try:
     from lightning.pytorch import Callback
 except ImportError:  # the standalone package name
     try:
-        from pytorch_lightning import Callback  # type: ignore[assignment]
+        from pytorch_lightning import Callback
     except ImportError as exc:  # an optional hook: say which extra brings it
         raise ImportError("fleetscope.client.lightning needs lightning: pip install 'fleetscope[lightning]'") from exc
 
