@@ -461,6 +461,17 @@ def promtool() -> str:
     return binary
 
 
+def promtool_test_rules(path: str | os.PathLike[str], *, timeout: float = 600,
+                        cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules PATH``, its output captured. Go collects its heap when it has grown to five times what
+    survived the last collection (GOGC=400; a GOGC the environment sets wins) instead of twice: a unit test's
+    series take tens of MB, and at the default a sixth of promtool's CPU was garbage collection
+    (tests/alerts/offenders.test.yml: 25.5 CPU-s and 118 MB resident at the default, 21.5 CPU-s and 210 MB here)."""
+    env = {**os.environ, "GOGC": os.environ.get("GOGC", "400")}
+    return subprocess.run([promtool(), "test", "rules", os.fspath(path)], capture_output=True, text=True,
+                          check=False, timeout=timeout, cwd=cwd, env=env)
+
+
 @dataclass
 class PromtoolResult:
     output: str
@@ -499,8 +510,7 @@ def first_firings(recording: Recording, rule_files: Sequence[str], workdir: str,
     with open(path, "w", encoding="utf-8") as handle:
         # JSON is YAML to promtool, and written at a small part of a YAML emitter's cost.
         json.dump(document, handle, indent=0)
-    result = subprocess.run([promtool(), "test", "rules", path], capture_output=True, text=True, check=False,
-                            timeout=600)
+    result = promtool_test_rules(path)
     output = result.stdout + result.stderr
     failures = _failures(output)
     if result.returncode != 0 and not failures:

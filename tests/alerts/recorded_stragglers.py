@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from fleetscope_sim.virtual import promtool_test_rules
 from tests.alerts.rulefiles import group_order
 from tests.e2e.production_record import encode, grid_series
 
@@ -102,8 +103,7 @@ def promtool_document(raw: dict[str, Any], checks: list[dict[str, Any]], name: s
 def run(document: dict[str, Any], directory: Path) -> subprocess.CompletedProcess[str]:
     path = directory / "recorded-stragglers.test.yml"
     path.write_text(yaml.safe_dump(document, width=1_000_000, sort_keys=False), encoding="utf-8")
-    return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=900,
-                          check=False)
+    return promtool_test_rules(path, timeout=900)
 
 
 def first_active(raw: dict[str, Any]) -> dict[tuple[str, str, str, str], float]:

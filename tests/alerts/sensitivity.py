@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetscope_sim.virtual import promtool_test_rules
+
 
 @dataclass(frozen=True)
 class Rank:
@@ -190,7 +192,6 @@ def promql_labels(labels: dict[str, Any]) -> str:
 def first_firing(job: Job, duration: float, rules: str, *, scrape: float, evaluation: str) -> dict[str, float]:
     """alertname/rank -> seconds after ``job.onset`` the alert first fired, evaluated by promtool."""
     import re
-    import subprocess
     import tempfile
     from pathlib import Path
 
@@ -204,7 +205,7 @@ def first_firing(job: Job, duration: float, rules: str, *, scrape: float, evalua
         order = [g["name"] for g in yaml.safe_load(Path(rules).read_text(encoding="utf-8"))["groups"]]
         yaml.safe_dump({"rule_files": [rules], "evaluation_interval": evaluation, "group_eval_order": order,
                         "tests": [test]}, handle, width=1_000_000)
-    result = subprocess.run(["promtool", "test", "rules", handle.name], capture_output=True, text=True, check=False)
+    result = promtool_test_rules(handle.name)
     found = {}
     for match in re.finditer(r'\{alertname="(\w+)"([^}]*)\} ([0-9.E+-]+)', result.stdout + result.stderr):
         rank = re.search(r'[ ,]rank="(\d+)"', match.group(2))

@@ -22,6 +22,7 @@ import yaml
 from fleetscope.collectors.steps import StepsCollector
 from fleetscope.config import load
 from fleetscope.push.models import RankReport
+from fleetscope_sim.virtual import promtool_test_rules
 from tests.clocks import FakeClock
 
 from .rulefiles import ALERTS_DIR
@@ -115,6 +116,4 @@ def replay(tmp_path: Path, step_by: float, offset: int, rules: Path) -> subproce
     }
     path = tmp_path / "clock.test.yml"
     path.write_text(yaml.safe_dump(test, width=1_000_000), encoding="utf-8")
-    assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=600,
-                          check=False)
+    return promtool_test_rules(path)

@@ -27,6 +27,7 @@ import yaml
 
 from fleetscope.promql import JOB_LOST_GPU_SECONDS, JOB_STALLED
 from fleetscope.rules.settings import PRODUCTION, seconds
+from fleetscope_sim.virtual import promtool_test_rules
 
 from .rulefiles import ALERTS_DIR, group_order
 
@@ -161,8 +162,7 @@ def promtool(tmp_path: Path, name: str, tests: list[dict[str, Any]]) -> subproce
                 "group_eval_order": group_order(), "tests": tests}
     path = tmp_path / f"{name}.test.yml"
     path.write_text(yaml.safe_dump(document, width=1_000_000, sort_keys=False), encoding="utf-8")
-    return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=600,
-                          check=False)
+    return promtool_test_rules(path)
 
 
 def at(seconds_: float) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 import yaml
 
 from fleetscope.promql import JOB_COMM_SHARE, JOB_MIN_COMM_SHARE, STRAGGLERS
+from fleetscope_sim.virtual import promtool_test_rules
 
 from .rulefiles import ALERTS_DIR, group_order
 from .sensitivity import Job, gpu_series, promql_labels, rank_labels, ranks_on, series
@@ -48,8 +48,7 @@ def run_promtool(tmp_path: Path, name: str, input_series: list[dict[str, str]], 
     }
     path = tmp_path / f"{name}.test.yml"
     path.write_text(yaml.safe_dump(document, width=1_000_000, sort_keys=False), encoding="utf-8")
-    result = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True,
-                            timeout=600, check=False)
+    result = promtool_test_rules(path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
 
 

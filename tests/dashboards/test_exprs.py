@@ -8,7 +8,6 @@ it, so an alert and a panel can never name different causes for one rank.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from fleetscope.promql import (
     STRAGGLER_CAUSE,
     STRAGGLER_CAUSES,
 )
+from fleetscope_sim.virtual import promtool_test_rules
 from tests.alerts.rulefiles import iter_rules, load_groups
 from tests.conftest import require_binary
 from tests.dashboards import require_module
@@ -79,7 +79,7 @@ def test_cause_mappings_cover_every_cause() -> None:
 
 
 def test_mean_step_seconds(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
+    require_binary("promtool")
     labels = 'training_job="j", pp_stage="0", rank="0", local_rank="0", instance="n1"'
     series: list[dict[str, Any]] = [
         {"series": f"fleetscope_training_steps_total{{{labels}}}", "values": "0+1x15"},
@@ -92,6 +92,5 @@ def test_mean_step_seconds(tmp_path: Path) -> None:
             "expr": exprs.mean_step_seconds(MATCHERS, "training_job"), "eval_time": "10m",
             "exp_samples": [{"labels": '{training_job="j"}', "value": 60}]}]}],
     }))
-    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = promtool_test_rules("test.yml", cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
