@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+from tests import rank_server
 from tests.conftest import ROOT
 from tests.push.live import LiveDaemon
 
@@ -55,9 +56,8 @@ def torchrun(worker: Path, daemon: LiveDaemon, job: str, *args: str, ranks: int 
         processes = []
         for rank in range(ranks):
             rank_env = {**env, **shared, "RANK": str(rank), "ROLE_RANK": str(rank), "LOCAL_RANK": str(rank)}
-            with open(os.path.join(logs, f"{rank}.log"), "wb") as log:
-                processes.append(subprocess.Popen([sys.executable, "-u", str(worker), *args], env=rank_env, stdout=log,
-                                                  stderr=subprocess.STDOUT))
+            processes.append(rank_server.launch([str(worker), *args], rank_env, os.getcwd(),
+                                                os.path.join(logs, f"{rank}.log")))
         failed = _supervise(processes)
         del store  # the ranks are gone: the store's server goes with the object
         if failed is not None:
@@ -65,12 +65,12 @@ def torchrun(worker: Path, daemon: LiveDaemon, job: str, *args: str, ranks: int 
             raise AssertionError(f"rank {processes.index(failed)} exited {failed.returncode}:\n{output[-6000:]}")
 
 
-def _supervise(processes: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes] | None:
+def _supervise(processes: list[rank_server.Rank]) -> rank_server.Rank | None:
     """Wait for every rank; as torchrun does, the first to fail (or the deadline) ends the others.
     The failed rank, or None when all exited 0."""
-    exited: queue.Queue[subprocess.Popen[bytes]] = queue.Queue()
+    exited: queue.Queue[rank_server.Rank] = queue.Queue()
 
-    def wait(process: subprocess.Popen[bytes]) -> None:
+    def wait(process: rank_server.Rank) -> None:
         process.wait()
         exited.put(process)
 

@@ -3,7 +3,8 @@
 Each node is a real ``fleetscope serve`` process with only the steps collector
 (this machine has no EFA or GPU to read), reading the real ``/proc``, so it
 can tell a rank's process is gone. Ranks are real ``torch.distributed`` (gloo)
-processes (:mod:`tests.e2e.gloo_rank`) placed on the nodes in order, pushing
+processes (:mod:`tests.e2e.gloo_rank`, forked from one that imported torch once:
+:mod:`tests.rank_server`) placed on the nodes in order, pushing
 to their own node's daemon. Prometheus scrapes every node, labelled
 ``instance=node-NN`` as a real node's hostname would be.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from fleetscope_sim.detection import AlertWatcher
 from fleetscope_sim.harness import Daemon, Prometheus
+from tests import rank_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
@@ -42,7 +44,7 @@ class Cluster:
     rules: str = RULES
     scrape_seconds: float = SCRAPE_SECONDS
     daemons: list[Daemon] = field(default_factory=list)
-    ranks: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
+    ranks: dict[str, Sequence[rank_server.Rank | subprocess.Popen[bytes]]] = field(default_factory=dict)
     prometheus: Prometheus | None = None
     watcher: AlertWatcher | None = None
 
@@ -85,7 +87,7 @@ class Cluster:
     def launch(self, job: str, ranks: int, per_node: int, master_port: int, *args: str, first_node: int = 0) -> None:
         """``ranks`` ranks of ``job``, ``per_node`` on each node in order from ``first_node``; ``args`` go to
         gloo_rank."""
-        procs = []
+        procs: list[rank_server.Rank | subprocess.Popen[bytes]] = []
         for rank in range(ranks):
             index = first_node + rank // per_node
             env = _environ()
@@ -96,11 +98,7 @@ class Cluster:
             })
             if self.node(index) in VISIBLE_DEVICES:
                 env["CUDA_VISIBLE_DEVICES"] = VISIBLE_DEVICES[self.node(index)]
-            with open(self.log(job, rank), "wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "tests.e2e.gloo_rank", *args], cwd=ROOT, env=env,
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                ))
+            procs.append(rank_server.launch(["-m", "tests.e2e.gloo_rank", *args], env, ROOT, self.log(job, rank)))
         self.ranks[job] = procs
 
     def launch_torchrun(self, job: str, ranks: int, node: int, max_restarts: int, *args: str) -> None:
