@@ -52,6 +52,7 @@ class Detail:
         self.level = level
         self._carried: dict[SeriesKey, _Carried] = {}
         self._exported: dict[SeriesKey, float] = {}
+        self._as_exported: dict[tuple[str, bool], MetricSpec] = {}
 
     def builder(self) -> FamilyBuilder:
         """A builder for one collection: a plain one at ``all``, one that combines series at ``default``."""
@@ -73,6 +74,22 @@ class Detail:
     def carried(self) -> Iterable[_Carried]:
         """Every counter series ever folded, read this collection or not."""
         return self._carried.values()
+
+    def as_exported(self, spec: MetricSpec, combined: bool) -> MetricSpec:
+        """``spec`` as exported at ``default``, made once a spec (a collection exports it once a series): with
+        ``combined``, its kept labels and a help text that says what was combined; otherwise as it is."""
+        key = (spec.name, combined)
+        exported = self._as_exported.get(key)
+        if exported is None:
+            if combined:
+                reduced = spec.at_default
+                assert reduced is not None and reduced.keep is not None
+                help = f"{spec.help} At detail level default: {reduced.combined_over(spec.labels)}."
+                exported = replace(spec, labels=reduced.keep, help=help, at_default=None)
+            else:
+                exported = replace(spec, at_default=None)
+            self._as_exported[key] = exported
+        return exported
 
     def monotonic(self, key: SeriesKey, value: float) -> float:
         """Never below what was exported before (a sum in another order can round an ulp lower)."""
@@ -109,17 +126,21 @@ class _DefaultBuilder(FamilyBuilder):
         self._plain_labels: dict[str, set[tuple[str, ...]]] = {}
 
     def _note(self, spec: MetricSpec) -> None:
-        self._order.setdefault(_family_name(spec), len(self._order))
-        self._specs.setdefault(spec.name, spec)
+        if spec.name not in self._specs:  # once a spec: this runs for every sample a collector adds
+            self._order.setdefault(_family_name(spec), len(self._order))
+            self._specs[spec.name] = spec
 
     def add(self, spec: MetricSpec, labels: Iterable[str], value: float | int | None) -> None:
         if value is None:
             return
-        label_values = tuple(str(v) for v in labels)
+        label_values = tuple(map(str, labels))
         reduced = spec.at_default
         if reduced is None or (reduced.keep == spec.labels and not reduced.unless):
             self._note(spec)
-            self._plain_labels.setdefault(spec.name, set()).add(label_values)
+            plain = self._plain_labels.get(spec.name)
+            if plain is None:
+                plain = self._plain_labels[spec.name] = set()
+            plain.add(label_values)
             super().add(spec, label_values, value)
             return
         if reduced.keep is None:
@@ -142,13 +163,6 @@ class _DefaultBuilder(FamilyBuilder):
         self._note(spec)
         super().add_info(spec, labels, info)
 
-    def _combined(self, spec: MetricSpec) -> MetricSpec:
-        """``spec`` as exported at ``default``: its kept labels, and a help text that says what was combined."""
-        reduced = spec.at_default
-        assert reduced is not None and reduced.keep is not None
-        help = f"{spec.help} At detail level default: {reduced.combined_over(spec.labels)}."
-        return replace(spec, labels=reduced.keep, help=help, at_default=None)
-
     def families(self) -> list[Metric]:
         sums: dict[str, dict[tuple[str, ...], list[float]]] = {}
         for carried in self._detail.carried():
@@ -162,17 +176,17 @@ class _DefaultBuilder(FamilyBuilder):
             spec = self._specs[name]
             for key, totals in groups.items():
                 value = self._detail.monotonic((name, key), math.fsum(totals))
-                super().add(self._combined(spec), key, value)
+                super().add(self._detail.as_exported(spec, combined=True), key, value)
         for name, gauge_groups in self._gauges.items():
             spec = self._specs[name]
             assert spec.at_default is not None
             combine = spec.at_default.combine
             for key, values in gauge_groups.items():
                 value = math.fsum(values) if combine == "sum" else min(values) if combine == "min" else max(values)
-                super().add(self._combined(spec), key, value)
+                super().add(self._detail.as_exported(spec, combined=True), key, value)
         for spec, labels, value in self._deferred:
             assert spec.at_default is not None
             if labels not in self._plain_labels.get(spec.at_default.unless, set()):
-                super().add(replace(spec, at_default=None), labels, value)
+                super().add(self._detail.as_exported(spec, combined=False), labels, value)
         built = super().families()
         return sorted(built, key=lambda family: self._order.get(family.name, len(self._order)))

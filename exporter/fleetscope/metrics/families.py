@@ -46,7 +46,7 @@ class FamilyBuilder:
             return
         if spec.kind == "info":
             raise TypeError(f"{spec.name} is an info metric: use add_info")
-        label_values = [str(v) for v in labels]
+        label_values = list(map(str, labels))
         if len(label_values) != len(spec.labels):
             raise ValueError(f"{spec.name} takes labels {spec.labels}, got {label_values}")
         try:
