@@ -29,7 +29,7 @@ from fleetscope_sim.harness import Process, Prometheus, eventually
 from fleetscope_sim.prom import prometheus_config
 from tests.conftest import ROOT, require_binary
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(600)]
 
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")
 # node-00 is a p5.48xlarge, node-01 a p4d.24xlarge; job-a spans both (ranks 0-7 on node-00, 8-15 on node-01).

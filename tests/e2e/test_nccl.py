@@ -28,7 +28,7 @@ from fleetscope_sim.inspector import CollectiveSpec, InspectorJob, InspectorNode
 from fleetscope_sim.tree import make_workdir
 from tests.conftest import require_binary
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "alerts", "fleetscope.e2e.rules.yml")

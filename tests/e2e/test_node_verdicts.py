@@ -38,7 +38,7 @@ from fleetscope_sim.harness import Prometheus, eventually
 from tests.conftest import ROOT, require_binary
 from tests.deploy.test_slurm import FakeNode
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 CLUSTERS = {"a": [f"a{i:02d}" for i in range(10)], "b": [f"b{i:02d}" for i in range(10)]}
 OFFENDERS = {"a03", "b00", "b01", "b02"}

@@ -24,7 +24,7 @@ from fleetscope_sim.harness import eventually
 from tests.conftest import free_port, require_binary, requires_modules
 from tests.e2e.training_jobs import cluster
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(900), requires_modules("torch")]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(900), requires_modules("torch")]
 
 # Steps of about half a second (0.48 s of accelerator time, waited as a host waits on a CUDA sync). Long
 # accelerator shares keep the host's part of a step (the ranks' CPU, about 8 ms of gloo and Python) small, so the

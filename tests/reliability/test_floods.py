@@ -20,7 +20,7 @@ from fleetscope_sim.harness import eventually
 from tests.reliability.floods import Scraper, room_for_sockets
 from tests.reliability.processes import MEMORY_LIMIT_BYTES, Daemon, http
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 MEMORY_CEILING = int(MEMORY_LIMIT_BYTES * 0.85)  # the limit, less a margin for what the test cannot see
 
