@@ -69,7 +69,14 @@ venv_pip() {
 # uv cannot be installed, pip does it.
 venv_install() {
     if [ -x "$VENV/bin/uv" ] || venv_pip --no-compile "uv==0.13.9" 2>/dev/null; then
-        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@"
+        # uv reads no pip configuration: the wheel directories pip is told of (PIP_FIND_LINKS or a pip.conf's
+        # find-links, where a machine keeps its CPU build of torch) are passed on.
+        local links=() link
+        while read -r link; do
+            links+=(--find-links "$link")
+        done < <("$VENV/bin/python" -m pip config list 2>/dev/null \
+                 | sed -n "s/^[^=]*\.find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sed '/^$/d' | sort -u)
+        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${links[@]}" "$@"
     else
         venv_pip "$@"
     fi
