@@ -194,11 +194,19 @@ class FileTree:
         if self._links.get(relative) == text:
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        if os.path.islink(path) or os.path.isfile(path):
-            os.unlink(path)
-        elif os.path.isdir(path):
-            shutil.rmtree(path)
-        os.symlink(text, path)
+        # Made under a temporary name and renamed over whatever is there, as files are written: several processes
+        # may write one tree (the daemons a benchmark starts on one node's tree each install its GPUs' sysfs), and
+        # a link checked absent and then created raced another writer's (FileExistsError, or rmtree called on the
+        # link the other had just made).
+        temporary = f"{path}.{os.getpid()}.tmp"
+        if os.path.lexists(temporary):  # left by a writer killed between the two calls
+            os.unlink(temporary)
+        os.symlink(text, temporary)
+        try:
+            os.replace(temporary, path)
+        except IsADirectoryError:  # a directory (not a link to one) where the link goes: rename cannot replace it
+            shutil.rmtree(path, ignore_errors=True)  # another writer may have replaced it with its link already
+            os.replace(temporary, path)
         self._links[relative] = text
 
     def remove(self, relative: str) -> None:
