@@ -131,6 +131,32 @@ def test_no_hardware_is_not_failure():
     assert registry.get_sample_value("fleetscope_collector_hardware_present", {"collector": "absent"}) == 0
 
 
+def test_without_a_timeout_an_attempt_runs_in_the_calling_thread_and_still_records_every_outcome():
+    """timeout=None (the virtual-time run's runners): no worker thread, the same records as with one."""
+
+    class Where:
+        tables = ()
+
+        def __init__(self) -> None:
+            self.threads: list[threading.Thread] = []
+
+        def collect(self):
+            self.threads.append(threading.current_thread())
+            return Counting().collect()
+
+    where = Where()
+    runner = CollectorRunner("where", where, interval=60, timeout=None, staleness=60)
+    broken = CollectorRunner("broken", Broken(), interval=60, timeout=None, staleness=60)
+    absent = CollectorRunner("absent", Absent(), interval=60, timeout=None, staleness=60)
+    _, registry = registry_for(runner, broken, absent)
+    assert [runner.run_once().status, broken.run_once().status, absent.run_once().status] == \
+        ["ok", "failed", "no_hardware"]
+    assert where.threads == [threading.current_thread()]
+    assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 1
+    assert registry.get_sample_value("fleetscope_collector_success", {"collector": "broken"}) == 0
+    assert registry.get_sample_value("fleetscope_collector_hardware_present", {"collector": "absent"}) == 0
+
+
 def test_failure_keeps_other_collectors_and_drops_own_series_after_staleness():
     broken = CollectorRunner("broken", Broken(), interval=60, timeout=HANG, staleness=60)
     good = CollectorRunner("counting", Counting(), interval=60, timeout=HANG, staleness=60)

@@ -110,6 +110,9 @@ class CollectorRunner:
 
     ``pausable=False`` keeps collecting without scrapers: for a collector that
     follows an event stream (the kernel log) that would overrun while paused.
+    ``timeout=None`` runs each attempt in the calling thread, without a deadline: only for a caller that owns
+    the clock (the simulator's virtual-time run calls :meth:`run_once` itself, and a thread started and
+    joined per collection was an eighth of its CPU); a daemon always has a timeout.
     """
 
     def __init__(
@@ -117,7 +120,7 @@ class CollectorRunner:
         name: str,
         collector: Collector,
         interval: float,
-        timeout: float,
+        timeout: float | None,
         staleness: float,
         clock: Callable[[], float] = time.time,
         idle_after: float = IDLE_AFTER,
@@ -196,6 +199,12 @@ class CollectorRunner:
 
     def run_once(self) -> Collection:
         """Run one attempt, waiting at most ``timeout``; returns the collection it recorded."""
+        if self.timeout is None:
+            attempt = _Attempt()
+            self._attempt(attempt)
+            assert attempt.collection is not None  # _attempt records every outcome, an exception included
+            self._record(attempt.collection)
+            return attempt.collection
         if self._worker is not None and self._worker.is_alive():
             # The previous attempt is still stuck: do not pile another one on the same source.
             stuck_for = time.monotonic() - self._worker_started
@@ -300,6 +309,8 @@ class CollectorRunner:
 
     def wait_fresh(self) -> None:
         """After a pause: wait (at most the collector's timeout) until there is a collection fit to serve."""
+        if self.timeout is None:  # its caller runs every attempt itself: none would come while it waited
+            return
         deadline = time.monotonic() + self.timeout
         with self._lock:
             while not self._fresh() and not self._stop.is_set():
