@@ -15,16 +15,15 @@ import sys
 import torch
 import torch.distributed as dist
 
-from fleetscope.client import StepTracker
-from tests.e2e.gloo_rank import Accelerator
+from fleetscope.client import SenderStats, StepTracker
+from tests.e2e.gloo_rank import Accelerator, end_process_group
 
 STEPS = int(os.environ.get("GLOO_TEST_STEPS", "30"))
 SLOW_SECONDS = 0.06  # extra accelerator time per step on rank 1 (half in forward, half in backward)
 
 
-def main() -> int:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+def train(rank: int) -> SenderStats:
+    """The loop; the model (DDP's reducer with it) is freed when it returns (see end_process_group)."""
     torch.manual_seed(0)  # same initial weights on every rank
     model = torch.nn.Sequential(
         torch.nn.Linear(32, 64), Accelerator(SLOW_SECONDS / 2 if rank == 1 else 0.0), torch.nn.ReLU(),
@@ -43,8 +42,14 @@ def main() -> int:
         optimizer.step()
         optimizer.zero_grad()
     tracker.close(timeout=10)
-    stats = tracker.stats()
-    dist.destroy_process_group()
+    return tracker.stats()
+
+
+def main() -> int:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    stats = train(rank)
+    end_process_group()
     if stats.sent != STEPS:
         print(f"rank {rank}: {stats.sent} of {STEPS} steps delivered: {stats}", file=sys.stderr)
         return 1

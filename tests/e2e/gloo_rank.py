@@ -37,6 +37,7 @@ Each rank prints ``pause <start> <end>`` and ``restart <unix time>``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -146,41 +147,8 @@ def pause(kind: str, seconds: float, rank: int, model: torch.nn.Module, tracker:
     print(f"pause {started:.3f} {time.time():.3f}", flush=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=["ddp", "fsdp2", "fsdp1"], default="ddp")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--device-ms", type=float, default=120.0, help="Accelerator time per step.")
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--slow-rank", type=int, default=-1)
-    parser.add_argument("--slowdown", type=float, default=0.2)
-    parser.add_argument("--data-rank", type=int, default=-1)
-    parser.add_argument("--data-ms", type=float, default=0.0, help="Time a loader worker takes per batch.")
-    parser.add_argument("--stall-rank", type=int, default=-1)
-    parser.add_argument("--die-rank", type=int, default=-1)
-    parser.add_argument("--fault-step", type=int, default=100)
-    parser.add_argument("--pause", choices=["checkpoint", "checkpoint-declared", "evaluation"])
-    parser.add_argument("--pause-step", type=int, default=100)
-    parser.add_argument("--pause-seconds", type=float, default=180.0)
-    parser.add_argument("--checkpoint-dir", default=".")
-    parser.add_argument("--fail-rank", type=int, default=-1)
-    parser.add_argument("--save-every", type=int, default=50)
-    parser.add_argument("--slow-load-rank", type=int, default=-1)
-    parser.add_argument("--load-seconds", type=float, default=0.0)
-    args = parser.parse_args()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-
-    torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
-    if attempt and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # torchrun's agent keeps one store across restarts, and gloo's full mesh of the new attempt read the old
-        # ranks' addresses from it (torch 2.13: 3 of 3 restarts of 4 ranks failed to connect): a prefix per attempt.
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
-        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt-{attempt}", store),
-                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    else:
-        dist.init_process_group("gloo")
-    rank = dist.get_rank()
+def train(args: argparse.Namespace, rank: int, attempt: int) -> None:
+    """The training loop; what it made (the model, DDP's reducer with it) is freed when it returns."""
     device_seconds = args.device_ms / 1000 * (1 + args.slowdown if rank == args.slow_rank else 1)
     data_rank = rank == args.data_rank
     dataset = Batches(
@@ -217,7 +185,57 @@ def main() -> int:
         if args.pause and step == args.pause_step:
             pause(args.pause, args.pause_seconds, rank, model, tracker, args.checkpoint_dir, args.width, args.batch)
     tracker.close()
+
+
+def end_process_group() -> None:
+    """``dist.destroy_process_group()`` once nothing else holds the group.
+
+    torch 2.13 (gloo): a DDP reducer that holds the group's last reference, freed with the GIL held (a model
+    that outlives the group, freed when main() returns), destroys the group there and waits for its worker
+    thread, which may be waiting for the GIL to free its last work: the rank finishes its steps and never
+    exits (fresh-clone run 92, a DDP rank of tests/e2e/test_training_jobs.py). Freed while the group is still
+    registered, the reducer only drops a reference, and the group's own destructor releases the GIL."""
+    gc.collect()  # a model in a reference cycle goes now, not at some later collection
     dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=["ddp", "fsdp2", "fsdp1"], default="ddp")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--device-ms", type=float, default=120.0, help="Accelerator time per step.")
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slowdown", type=float, default=0.2)
+    parser.add_argument("--data-rank", type=int, default=-1)
+    parser.add_argument("--data-ms", type=float, default=0.0, help="Time a loader worker takes per batch.")
+    parser.add_argument("--stall-rank", type=int, default=-1)
+    parser.add_argument("--die-rank", type=int, default=-1)
+    parser.add_argument("--fault-step", type=int, default=100)
+    parser.add_argument("--pause", choices=["checkpoint", "checkpoint-declared", "evaluation"])
+    parser.add_argument("--pause-step", type=int, default=100)
+    parser.add_argument("--pause-seconds", type=float, default=180.0)
+    parser.add_argument("--checkpoint-dir", default=".")
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--save-every", type=int, default=50)
+    parser.add_argument("--slow-load-rank", type=int, default=-1)
+    parser.add_argument("--load-seconds", type=float, default=0.0)
+    args = parser.parse_args()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+    torch.set_num_threads(1)  # several ranks share a few cores: no oversubscription
+    if attempt and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps one store across restarts, and gloo's full mesh of the new attempt read the old
+        # ranks' addresses from it (torch 2.13: 3 of 3 restarts of 4 ranks failed to connect): a prefix per attempt.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt-{attempt}", store),
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    train(args, rank, attempt)
+    end_process_group()
     print(f"rank {rank}: {args.steps} steps", flush=True)
     return 0
 
