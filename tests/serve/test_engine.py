@@ -152,6 +152,7 @@ def test_without_a_timeout_an_attempt_runs_in_the_calling_thread_and_still_recor
     assert [runner.run_once().status, broken.run_once().status, absent.run_once().status] == \
         ["ok", "failed", "no_hardware"]
     assert where.threads == [threading.current_thread()]
+    runner.wait_fresh()  # no worker will bring a collection: returns at once, never waits on a deadline of None
     assert registry.get_sample_value("fleetscope_test_value", {"k": "a"}) == 1
     assert registry.get_sample_value("fleetscope_collector_success", {"collector": "broken"}) == 0
     assert registry.get_sample_value("fleetscope_collector_hardware_present", {"collector": "absent"}) == 0

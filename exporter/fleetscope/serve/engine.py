@@ -198,7 +198,7 @@ class CollectorRunner:
     # -- one attempt ---------------------------------------------------------------------------
 
     def run_once(self) -> Collection:
-        """Run one attempt, waiting at most ``timeout``; returns the collection it recorded."""
+        """Run one attempt, waiting at most ``timeout`` (None: in this thread); returns the collection it recorded."""
         if self.timeout is None:
             attempt = _Attempt()
             self._attempt(attempt)
